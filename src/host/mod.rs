@@ -1,0 +1,300 @@
+//! All access to the host goes through [`Host`]: one object rooted at a path, from which every
+//! sysfs, `/etc`, `/run`, `/var/lib` and `/dev` path is built (mdevctl's `Environment`).
+//!
+//! Reads go straight to the file system. Writes below `sys/` go through [`Host::write_attr`],
+//! the single place where the real host and the simulated one differ: on a real host the write
+//! reaches the kernel, on a simulated host ([`crate::simulate::Simulator`]) vgpud applies the
+//! kernel's and the driver's side effects itself.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::simulate::Simulator;
+
+/// An error of host access, naming the path and carrying the OS error.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A file or link could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path that was read.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A write was refused by the kernel (or the simulated kernel) or the file system.
+    #[error("writing {value:?} to {path} failed: {source}")]
+    Write {
+        /// The attribute written.
+        path: PathBuf,
+        /// What was written, shortened for the message.
+        value: String,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// A file held something vgpud could not parse.
+    #[error("unexpected content in {path}: {reason}")]
+    Parse {
+        /// The file read.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl HostError {
+    /// The errno the kernel returned, if this error carries one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            HostError::Read { source, .. } | HostError::Write { source, .. } => {
+                source.raw_os_error()
+            }
+            HostError::Parse { .. } => None,
+        }
+    }
+
+    /// Whether the error says the file does not exist.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            HostError::Read { source, .. } | HostError::Write { source, .. } => {
+                source.kind() == io::ErrorKind::NotFound
+            }
+            HostError::Parse { .. } => false,
+        }
+    }
+}
+
+/// Result of host access.
+pub type HostResult<T> = Result<T, HostError>;
+
+/// The host vgpud manages: a root directory and, on a simulated host, the simulator hook.
+#[derive(Clone)]
+pub struct Host {
+    root: PathBuf,
+    simulator: Option<Arc<Simulator>>,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("root", &self.root)
+            .field("simulated", &self.simulator.is_some())
+            .finish()
+    }
+}
+
+impl Host {
+    /// A real host rooted at `root` (`/` in production).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Host {
+            root: root.into(),
+            simulator: None,
+        }
+    }
+
+    /// A simulated host: writes below `sys/` get the kernel's side effects from the simulator.
+    pub fn simulated(root: impl Into<PathBuf>) -> Self {
+        Host {
+            root: root.into(),
+            simulator: Some(Arc::new(Simulator::new())),
+        }
+    }
+
+    /// Whether the kernel side effects are simulated.
+    pub fn is_simulated(&self) -> bool {
+        self.simulator.is_some()
+    }
+
+    /// The root directory every path is built from.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `ROOT/sys/<rel>`.
+    pub fn sys(&self, rel: &str) -> PathBuf {
+        self.root.join("sys").join(rel)
+    }
+
+    /// `ROOT/etc/<rel>`.
+    pub fn etc(&self, rel: &str) -> PathBuf {
+        self.root.join("etc").join(rel)
+    }
+
+    /// `ROOT/run/<rel>`.
+    pub fn run(&self, rel: &str) -> PathBuf {
+        self.root.join("run").join(rel)
+    }
+
+    /// `ROOT/var/lib/vgpud/<rel>`: vgpud's own state.
+    pub fn state(&self, rel: &str) -> PathBuf {
+        self.root.join("var/lib/vgpud").join(rel)
+    }
+
+    /// `ROOT/dev/<rel>`.
+    pub fn dev(&self, rel: &str) -> PathBuf {
+        self.root.join("dev").join(rel)
+    }
+
+    /// Reads a sysfs attribute and strips the trailing newline.
+    pub fn read_attr(&self, path: &Path) -> HostResult<String> {
+        let mut s = fs::read_to_string(path).map_err(|source| HostError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        while s.ends_with('\n') {
+            s.pop();
+        }
+        Ok(s)
+    }
+
+    /// Reads a sysfs attribute if it exists.
+    pub fn read_attr_opt(&self, path: &Path) -> HostResult<Option<String>> {
+        match self.read_attr(path) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads an attribute holding a number in decimal or `0x` hexadecimal.
+    pub fn read_number(&self, path: &Path) -> HostResult<i64> {
+        let s = self.read_attr(path)?;
+        parse_number(s.trim()).ok_or_else(|| HostError::Parse {
+            path: path.to_path_buf(),
+            reason: format!("{s:?} is not a number"),
+        })
+    }
+
+    /// The basename of a symlink's target (`driver`, `iommu_group`, `mdev_type`), or `None`
+    /// when the link does not exist.
+    pub fn link_name(&self, path: &Path) -> HostResult<Option<String>> {
+        match fs::read_link(path) {
+            Ok(target) => Ok(target.file_name().map(|n| n.to_string_lossy().into_owned())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(HostError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Resolves every link in `path`; relative links stay inside the root.
+    pub fn resolve(&self, path: &Path) -> HostResult<PathBuf> {
+        fs::canonicalize(path).map_err(|source| HostError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Names of the entries of a directory, sorted; empty if the directory does not exist.
+    pub fn list_dir(&self, path: &Path) -> HostResult<Vec<String>> {
+        let entries = match fs::read_dir(path) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(HostError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| HostError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Writes a sysfs attribute. This is the only write to `sys/` vgpud makes: on a real host
+    /// it reaches the kernel; on a simulated host the simulator applies the kernel's effects.
+    pub fn write_attr(&self, path: &Path, value: &str) -> HostResult<()> {
+        let result = match &self.simulator {
+            Some(sim) if path.starts_with(self.root.join("sys")) => sim.write(self, path, value),
+            _ => write_kernel(path, value),
+        };
+        result.map_err(|source| HostError::Write {
+            path: path.to_path_buf(),
+            value: shorten(value),
+            source,
+        })
+    }
+}
+
+/// Writes `value` to a kernel attribute the way `echo -n value > path` does: one write call on
+/// an existing file, never creating it.
+fn write_kernel(path: &Path, value: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new().write(true).open(path)?;
+    f.write_all(value.as_bytes())
+}
+
+fn shorten(value: &str) -> String {
+    const MAX: usize = 64;
+    if value.len() <= MAX {
+        return value.to_string();
+    }
+    let mut end = MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &value[..end], value.len())
+}
+
+/// Parses a decimal or `0x` hexadecimal number as sysfs prints them.
+pub fn parse_number(s: &str) -> Option<i64> {
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        i64::from_str_radix(hex, 16).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_parse_as_sysfs_prints_them() {
+        assert_eq!(parse_number("0x030000"), Some(0x030000));
+        assert_eq!(parse_number("-1"), Some(-1));
+        assert_eq!(parse_number("24"), Some(24));
+        assert_eq!(parse_number("x"), None);
+    }
+
+    #[test]
+    fn paths_are_built_from_the_root() {
+        let h = Host::new("/tmp/r");
+        assert_eq!(h.sys("bus/pci"), PathBuf::from("/tmp/r/sys/bus/pci"));
+        assert_eq!(
+            h.state("state.json"),
+            PathBuf::from("/tmp/r/var/lib/vgpud/state.json")
+        );
+        assert_eq!(h.etc("mdevctl.d"), PathBuf::from("/tmp/r/etc/mdevctl.d"));
+    }
+
+    #[test]
+    fn long_values_are_shortened_in_messages() {
+        let s = "a".repeat(1000);
+        assert!(shorten(&s).len() < 100);
+        assert_eq!(shorten("abc"), "abc");
+    }
+
+    #[test]
+    fn real_writes_never_create_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = Host::new(dir.path());
+        let err = h
+            .write_attr(&dir.path().join("sys/nope"), "1")
+            .expect_err("must fail");
+        assert!(err.is_not_found());
+        assert!(!dir.path().join("sys/nope").exists());
+    }
+}

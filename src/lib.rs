@@ -1,0 +1,21 @@
+//! vgpud: turns the GPUs of a Linux KVM host into shareable, assignable devices for libvirt
+//! guests, and serves them on the system bus as `org.vgpud1`.
+//!
+//! Layers, from the bottom up:
+//! - [`host`]: every access to the host, rooted at one path;
+//! - [`simulate`]: the kernel's side effects on a simulated host, and the simulated trees;
+//! - [`catalog`]: what vgpud knows about hardware that sysfs does not say;
+//! - [`model`]: GPUs, types and devices;
+//! - [`discovery`]: reads the host into the model;
+//! - [`engine`]: the core: inventory, placement, create and remove, no D-Bus in it;
+//! - [`xml`]: libvirt XML rendered from templates;
+//! - [`dbus`]: the thin `org.vgpud1` adapter over the engine.
+
+pub mod catalog;
+pub mod dbus;
+pub mod discovery;
+pub mod engine;
+pub mod host;
+pub mod model;
+pub mod simulate;
+pub mod xml;

@@ -1,0 +1,2 @@
+//! The vgpud daemon binary.
+fn main() {}

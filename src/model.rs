@@ -1,0 +1,231 @@
+//! The domain types vgpud reasons about: GPUs, the device types they offer, and devices.
+//! Nothing here touches the host or the bus.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A PCI vendor id.
+pub const VENDOR_NVIDIA: u16 = 0x10de;
+/// A PCI vendor id.
+pub const VENDOR_INTEL: u16 = 0x8086;
+/// A PCI vendor id.
+pub const VENDOR_AMD: u16 = 0x1002;
+
+/// A way a GPU can be shared with guests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SharingMode {
+    /// Mediated devices (NVIDIA legacy vGPU, Intel GVT-g, sample drivers).
+    Mdev,
+}
+
+impl SharingMode {
+    /// The name used on the bus.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SharingMode::Mdev => "mdev",
+        }
+    }
+}
+
+impl fmt::Display for SharingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A GPU (or other mdev parent) on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpu {
+    /// The device name: a PCI address (`0000:41:00.0`) or, for non-PCI mdev parents, the
+    /// sysfs device name (`mtty`).
+    pub address: String,
+    /// PCI vendor id (0 for non-PCI parents).
+    pub vendor_id: u16,
+    /// PCI device id (0 for non-PCI parents).
+    pub device_id: u16,
+    /// PCI class code (0 for non-PCI parents).
+    pub class: u32,
+    /// Marketing name where known, else a generic description.
+    pub model: String,
+    /// Bound driver, empty if none.
+    pub driver: String,
+    /// IOMMU group number, if the device is in one.
+    pub iommu_group: Option<u32>,
+    /// NUMA node, if the platform reports one.
+    pub numa_node: Option<u32>,
+    /// Ways this GPU can be shared.
+    pub sharing_modes: Vec<SharingMode>,
+    /// The mdev types this GPU offers (empty if it is no mdev parent).
+    pub types: Vec<MdevType>,
+}
+
+/// Vendor fields parsed from a type's `description`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TypeDetails {
+    /// NVIDIA vGPU: `num_heads=4, frl_config=60, framebuffer=1024M, max_resolution=5120x2880,
+    /// max_instance=24`.
+    Nvidia {
+        /// Display heads.
+        heads: Option<u32>,
+        /// Frame-rate limit in frames per second.
+        frame_rate_limit: Option<u32>,
+        /// Framebuffer in MiB.
+        framebuffer_mib: Option<u64>,
+        /// Maximum resolution (width, height).
+        max_resolution: Option<(u32, u32)>,
+        /// Maximum instances per GPU.
+        max_instances: Option<u32>,
+    },
+    /// Intel GVT-g: `low_gm_size: 128MB`, `high_gm_size: 512MB`, `fence: 4`,
+    /// `resolution: 1920x1200`, `weight: 4`.
+    Gvtg {
+        /// Aperture (low graphics memory) in MiB.
+        low_gm_mib: Option<u64>,
+        /// Hidden (high graphics memory) in MiB.
+        high_gm_mib: Option<u64>,
+        /// Fence registers.
+        fences: Option<u32>,
+        /// Resolution (width, height).
+        resolution: Option<(u32, u32)>,
+        /// Scheduling weight.
+        weight: Option<u32>,
+    },
+    /// A vendor vgpud does not know, or no description.
+    #[default]
+    Unknown,
+}
+
+/// An mdev type offered by a parent device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MdevType {
+    /// The type directory name: `nvidia-259`, `i915-GVTg_V5_4`, `mtty-2`.
+    pub id: String,
+    /// The `name` attribute: `GRID RTX6000-4Q`; the id when the driver gives no name.
+    pub name: String,
+    /// The `device_api` attribute (`vfio-pci`).
+    pub device_api: String,
+    /// The raw `description` attribute, empty when absent.
+    pub description: String,
+    /// Vendor fields parsed from the description.
+    pub details: TypeDetails,
+    /// Instances that can still be created, as the driver reports now.
+    pub available_instances: u32,
+}
+
+impl MdevType {
+    /// Framebuffer in bytes, 0 if unknown.
+    pub fn framebuffer_bytes(&self) -> u64 {
+        match &self.details {
+            TypeDetails::Nvidia {
+                framebuffer_mib: Some(mib),
+                ..
+            } => mib * 1024 * 1024,
+            _ => 0,
+        }
+    }
+
+    /// Maximum instances per GPU as the vendor states it, 0 if unknown.
+    pub fn max_instances(&self) -> u32 {
+        match &self.details {
+            TypeDetails::Nvidia {
+                max_instances: Some(n),
+                ..
+            } => *n,
+            _ => 0,
+        }
+    }
+
+    /// The name without its vendor prefix (`GRID RTX6000-4Q` → `RTX6000-4Q`).
+    pub fn short_name(&self) -> &str {
+        for prefix in ["GRID ", "NVIDIA "] {
+            if let Some(rest) = self.name.strip_prefix(prefix) {
+                return rest;
+            }
+        }
+        &self.name
+    }
+
+    /// Whether `query` names this type: its id, its name, or its name without the vendor
+    /// prefix, compared case-insensitively.
+    pub fn matches(&self, query: &str) -> bool {
+        query.eq_ignore_ascii_case(&self.id)
+            || query.eq_ignore_ascii_case(&self.name)
+            || query.eq_ignore_ascii_case(self.short_name())
+    }
+}
+
+/// A mediated device that exists on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MdevDevice {
+    /// Lowercase UUID, the device's sysfs name.
+    pub uuid: String,
+    /// Parent device name (PCI address or `mtty`).
+    pub parent: String,
+    /// Type id (`nvidia-259`).
+    pub type_id: String,
+    /// IOMMU group the kernel gave the device.
+    pub iommu_group: Option<u32>,
+    /// Vendor attributes (`nvidia/vgpu_params` → value), in path order.
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// Checks a UUID as the kernel's `guid_parse` does (8-4-4-4-12 hex digits) and returns it in
+/// lowercase, the form the kernel names devices with.
+pub fn normalize_uuid(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    if b.len() != 36 {
+        return None;
+    }
+    for (i, c) in b.iter().enumerate() {
+        let ok = match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        };
+        if !ok {
+            return None;
+        }
+    }
+    Some(s.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ty(id: &str, name: &str) -> MdevType {
+        MdevType {
+            id: id.into(),
+            name: name.into(),
+            device_api: "vfio-pci".into(),
+            description: String::new(),
+            details: TypeDetails::Unknown,
+            available_instances: 0,
+        }
+    }
+
+    #[test]
+    fn types_match_by_id_name_and_short_name() {
+        let t = ty("nvidia-259", "GRID RTX6000-4Q");
+        assert!(t.matches("nvidia-259"));
+        assert!(t.matches("NVIDIA-259"));
+        assert!(t.matches("grid rtx6000-4q"));
+        assert!(t.matches("RTX6000-4Q"));
+        assert!(!t.matches("RTX6000-4"));
+        assert!(!t.matches("259"));
+        let m = ty("mtty-2", "Dual port serial");
+        assert!(m.matches("dual PORT serial"));
+        assert_eq!(m.short_name(), "Dual port serial");
+    }
+
+    #[test]
+    fn uuids_are_checked_like_guid_parse() {
+        assert_eq!(
+            normalize_uuid("A1B2C3D4-0000-4000-8000-00000000000F").as_deref(),
+            Some("a1b2c3d4-0000-4000-8000-00000000000f")
+        );
+        assert!(normalize_uuid("a1b2c3d4-0000-4000-8000-00000000000").is_none());
+        assert!(normalize_uuid("a1b2c3d4x0000-4000-8000-000000000000").is_none());
+        assert!(normalize_uuid("../../../../../etc/passwd-000000000000").is_none());
+        assert!(normalize_uuid("").is_none());
+    }
+}

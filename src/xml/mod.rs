@@ -1,0 +1,1 @@
+//! libvirt XML rendered with quick-xml from the templates in `xml-templates/`.
