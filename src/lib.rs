@@ -9,9 +9,11 @@
 //! - [`discovery`]: reads the host into the model;
 //! - [`engine`]: the core: inventory, placement, create and remove, no D-Bus in it;
 //! - [`xml`]: libvirt XML rendered from templates;
-//! - [`dbus`]: the thin `org.vgpud1` adapter over the engine.
+//! - [`dbus`]: the thin `org.vgpud1` adapter over the engine;
+//! - [`daemon`]: start-up, bus name, readiness and shutdown.
 
 pub mod catalog;
+pub mod daemon;
 pub mod dbus;
 pub mod discovery;
 pub mod engine;

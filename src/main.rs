@@ -1,2 +1,120 @@
-//! The vgpud daemon binary.
-fn main() {}
+//! `vgpud`: the daemon, and `vgpud sim-host` to write simulated hosts.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use vgpud::daemon::{self, Bus, Config};
+
+/// Turns the GPUs of a KVM host into shareable devices for libvirt guests, served on D-Bus as
+/// org.vgpud1.
+#[derive(Debug, Parser)]
+#[command(name = "vgpud", version)]
+struct Cli {
+    /// Root every host path (sys, etc, run, var/lib, dev) is built from.
+    #[arg(long, default_value = "/", global = true)]
+    root: PathBuf,
+    /// Apply the kernel's and drivers' side effects of sysfs writes in vgpud itself, so that a
+    /// tree laid out like sysfs under --root behaves like a real host.
+    #[arg(long)]
+    simulate: bool,
+    /// Serve on the bus at this address instead of the system bus.
+    #[arg(long, value_name = "ADDR", conflicts_with = "session")]
+    bus_address: Option<String>,
+    /// Serve on the session bus instead of the system bus.
+    #[arg(long)]
+    session: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a simulated host (a tree laid out like real sysfs) under --root.
+    SimHost {
+        /// Profile to write; may be given several times. See --list.
+        #[arg(long = "profile", value_name = "NAME")]
+        profiles: Vec<String>,
+        /// List the profiles and exit.
+        #[arg(long)]
+        list: bool,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VGPUD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::SimHost { profiles, list }) => sim_host(&cli.root, &profiles, list),
+        None => {
+            init_logging();
+            let bus = match (cli.bus_address, cli.session) {
+                (Some(a), _) => Bus::Address(a),
+                (None, true) => Bus::Session,
+                (None, false) => Bus::System,
+            };
+            let config = Config {
+                root: cli.root,
+                simulate: cli.simulate,
+                bus,
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("vgpud: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(daemon::run(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn sim_host(root: &std::path::Path, profiles: &[String], list: bool) -> ExitCode {
+    if list || profiles.is_empty() {
+        for (name, about) in PENDING_PROFILES.iter().copied() {
+            println!("{name:<14} {about}");
+        }
+        return if list {
+            ExitCode::SUCCESS
+        } else {
+            eprintln!("vgpud sim-host: give at least one --profile");
+            ExitCode::from(2)
+        };
+    }
+    if root == std::path::Path::new("/") {
+        eprintln!("vgpud sim-host: refusing to write a simulated host over /; give --root DIR");
+        return ExitCode::from(2);
+    }
+    for name in profiles {
+        if let Err(e) = pending_write_profile(name, root) {
+            eprintln!("vgpud sim-host: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+// WIRING: replaced by vgpud::simulate::{profiles, write_profile} once they land.
+const PENDING_PROFILES: &[(&str, &str)] = &[];
+fn pending_write_profile(name: &str, _root: &std::path::Path) -> Result<(), String> {
+    Err(format!("profile {name} is not available yet"))
+}

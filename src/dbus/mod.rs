@@ -1,1 +1,119 @@
-//! dbus
+//! The `org.vgpud1` D-Bus adapter: a thin layer over the [`Engine`]. It exports one object per
+//! GPU and per device, turns engine errors into named bus errors in one place
+//! ([`error::Error`]), and emits signals and property changes. No logic lives here.
+
+pub mod error;
+mod manager;
+mod objects;
+pub mod options;
+pub mod paths;
+
+use std::sync::Arc;
+
+use zbus::object_server::SignalEmitter;
+use zbus::{Connection, ObjectServer, OwnedObjectPath};
+
+use crate::engine::{DeviceChanges, DeviceInfo, Engine};
+pub use manager::Manager;
+pub use objects::{DeviceObject, GpuObject};
+
+/// The well-known bus name.
+pub const BUS_NAME: &str = "org.vgpud1";
+
+/// Exports the manager, the ObjectManager and every GPU and device object on `conn`. Call it
+/// before requesting the bus name, so clients never see a half-populated tree.
+pub async fn serve(conn: &Connection, engine: Arc<Engine>) -> zbus::Result<()> {
+    let server = conn.object_server();
+    server
+        .at(
+            paths::ROOT,
+            Manager {
+                engine: engine.clone(),
+            },
+        )
+        .await?;
+    for gpu in engine.list_gpus() {
+        server
+            .at(
+                paths::gpu_path(&gpu.address),
+                GpuObject {
+                    engine: engine.clone(),
+                    address: gpu.address.clone(),
+                },
+            )
+            .await?;
+    }
+    for dev in engine.list_devices() {
+        server
+            .at(
+                paths::device_path(&dev.uuid),
+                DeviceObject {
+                    engine: engine.clone(),
+                    uuid: dev.uuid.clone(),
+                },
+            )
+            .await?;
+    }
+    server.at(paths::ROOT, zbus::fdo::ObjectManager).await?;
+    Ok(())
+}
+
+/// Exports a new device's object and tells its GPU's watchers.
+async fn export_device(
+    server: &ObjectServer,
+    engine: &Arc<Engine>,
+    info: &DeviceInfo,
+) -> zbus::Result<OwnedObjectPath> {
+    let path = paths::device_path(&info.uuid);
+    server
+        .at(
+            &path,
+            DeviceObject {
+                engine: engine.clone(),
+                uuid: info.uuid.clone(),
+            },
+        )
+        .await?;
+    gpu_devices_changed(server, &info.parent).await;
+    Ok(path)
+}
+
+/// Removes a device's object and tells its GPU's watchers.
+async fn unexport_device(
+    server: &ObjectServer,
+    info: &DeviceInfo,
+) -> zbus::Result<OwnedObjectPath> {
+    let path = paths::device_path(&info.uuid);
+    server.remove::<DeviceObject, _>(&path).await?;
+    gpu_devices_changed(server, &info.parent).await;
+    Ok(path)
+}
+
+/// Emits PropertiesChanged for a GPU's `Devices`.
+async fn gpu_devices_changed(server: &ObjectServer, parent: &str) {
+    let path = paths::gpu_path(parent);
+    if let Ok(iface) = server.interface::<_, GpuObject>(&path).await {
+        let emitter = iface.signal_emitter().clone();
+        if let Err(e) = iface.get().await.devices_changed(&emitter).await {
+            tracing::warn!(%parent, error = %e, "could not emit PropertiesChanged");
+        }
+    }
+}
+
+/// Publishes devices that appeared or vanished behind vgpud's back.
+async fn publish_changes(
+    server: &ObjectServer,
+    emitter: &SignalEmitter<'_>,
+    engine: &Arc<Engine>,
+    changes: DeviceChanges,
+) -> zbus::Result<()> {
+    for info in &changes.added {
+        let path = export_device(server, engine, info).await?;
+        Manager::device_created(emitter, &info.uuid, path.as_ref()).await?;
+    }
+    for info in &changes.removed {
+        let path = unexport_device(server, info).await?;
+        Manager::device_removed(emitter, &info.uuid, path.as_ref()).await?;
+    }
+    Ok(())
+}

@@ -1,1 +1,273 @@
-//! discovery
+//! Discovery: reads the host's GPUs, mdev parents, types and devices into the model.
+//!
+//! Everything is read through [`Host`], so the same code scans a real `/sys` and a simulated
+//! tree. Nothing is cached here; the engine decides what to keep.
+
+pub mod description;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::catalog;
+use crate::host::{Host, HostError, HostResult};
+use crate::model::{normalize_uuid, Gpu, MdevDevice, MdevType, SharingMode, TypeDetails};
+
+pub use description::parse_description;
+
+/// PCI base class of display controllers (`0x03xxxx`).
+const PCI_CLASS_DISPLAY: u32 = 0x03;
+
+/// Entries of an mdev device directory that are not vendor attributes.
+const NON_ATTRIBUTE_ENTRIES: &[&str] = &[
+    "driver",
+    "iommu_group",
+    "mdev_type",
+    "power",
+    "subsystem",
+    "remove",
+    "uevent",
+];
+
+/// Where a GPU lives in sysfs.
+#[derive(Debug, Clone)]
+pub struct GpuLocation {
+    /// The device directory reached through the bus or class link (stays valid under any
+    /// root): `sys/bus/pci/devices/<addr>` or `sys/class/mdev_bus/<name>`.
+    pub dir: PathBuf,
+    /// Whether the device is an mdev parent (`mdev_supported_types` exists).
+    pub is_mdev_parent: bool,
+}
+
+/// The directory of an mdev parent: `sys/class/mdev_bus/<parent>`.
+pub fn mdev_parent_dir(host: &Host, parent: &str) -> PathBuf {
+    host.sys("class/mdev_bus").join(parent)
+}
+
+/// The directory of an mdev type of a parent.
+pub fn mdev_type_dir(host: &Host, parent: &str, type_id: &str) -> PathBuf {
+    mdev_parent_dir(host, parent)
+        .join("mdev_supported_types")
+        .join(type_id)
+}
+
+/// The directory of an existing mdev device: `sys/bus/mdev/devices/<uuid>`.
+pub fn mdev_device_dir(host: &Host, uuid: &str) -> PathBuf {
+    host.sys("bus/mdev/devices").join(uuid)
+}
+
+/// Scans every GPU: PCI display controllers and every mdev parent (also non-PCI ones such
+/// as the kernel's `mtty` sample), with their types.
+pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
+    let mut found: BTreeMap<String, (Gpu, GpuLocation)> = BTreeMap::new();
+    let pci_dir = host.sys("bus/pci/devices");
+    for address in host.list_dir(&pci_dir)? {
+        let dir = pci_dir.join(&address);
+        let class = match host.read_attr_opt(&dir.join("class"))? {
+            Some(c) => crate::host::parse_number(&c).unwrap_or(0) as u32,
+            None => continue,
+        };
+        let is_mdev_parent = dir.join("mdev_supported_types").is_dir();
+        if class >> 16 != PCI_CLASS_DISPLAY && !is_mdev_parent {
+            continue;
+        }
+        let gpu = read_pci_gpu(host, &address, &dir, class)?;
+        found.insert(
+            address,
+            (
+                gpu,
+                GpuLocation {
+                    dir,
+                    is_mdev_parent,
+                },
+            ),
+        );
+    }
+    let class_dir = host.sys("class/mdev_bus");
+    for name in host.list_dir(&class_dir)? {
+        if found.contains_key(&name) {
+            continue;
+        }
+        let dir = class_dir.join(&name);
+        let driver = host.link_name(&dir.join("driver"))?.unwrap_or_default();
+        let gpu = Gpu {
+            address: name.clone(),
+            vendor_id: 0,
+            device_id: 0,
+            class: 0,
+            model: name.clone(),
+            driver,
+            iommu_group: read_group(host, &dir)?,
+            numa_node: None,
+            sharing_modes: Vec::new(),
+            types: Vec::new(),
+        };
+        found.insert(
+            name,
+            (
+                gpu,
+                GpuLocation {
+                    dir,
+                    is_mdev_parent: true,
+                },
+            ),
+        );
+    }
+    let mut gpus: Vec<(Gpu, GpuLocation)> = found.into_values().collect();
+    for (gpu, loc) in &mut gpus {
+        if loc.is_mdev_parent {
+            gpu.types = scan_types(host, &loc.dir)?;
+            gpu.sharing_modes.push(SharingMode::Mdev);
+        }
+    }
+    Ok(gpus)
+}
+
+fn read_pci_gpu(host: &Host, address: &str, dir: &Path, class: u32) -> HostResult<Gpu> {
+    let vendor_id = host.read_number(&dir.join("vendor")).unwrap_or(0) as u16;
+    let device_id = host.read_number(&dir.join("device")).unwrap_or(0) as u16;
+    let numa_node = match host.read_attr_opt(&dir.join("numa_node"))? {
+        Some(s) => s.trim().parse::<i64>().ok().and_then(|n| u32::try_from(n).ok()),
+        None => None,
+    };
+    let model = catalog::pci_model_name(vendor_id, device_id)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("PCI device {vendor_id:04x}:{device_id:04x}"));
+    Ok(Gpu {
+        address: address.to_string(),
+        vendor_id,
+        device_id,
+        class,
+        model,
+        driver: host.link_name(&dir.join("driver"))?.unwrap_or_default(),
+        iommu_group: read_group(host, dir)?,
+        numa_node,
+        sharing_modes: Vec::new(),
+        types: Vec::new(),
+    })
+}
+
+fn read_group(host: &Host, dir: &Path) -> HostResult<Option<u32>> {
+    Ok(host
+        .link_name(&dir.join("iommu_group"))?
+        .and_then(|n| n.parse().ok()))
+}
+
+/// Reads the mdev types of a parent directory.
+pub fn scan_types(host: &Host, parent_dir: &Path) -> HostResult<Vec<MdevType>> {
+    let types_dir = parent_dir.join("mdev_supported_types");
+    let mut types = Vec::new();
+    for id in host.list_dir(&types_dir)? {
+        let dir = types_dir.join(&id);
+        if !dir.is_dir() {
+            continue;
+        }
+        types.push(read_type(host, &id, &dir)?);
+    }
+    Ok(types)
+}
+
+fn read_type(host: &Host, id: &str, dir: &Path) -> HostResult<MdevType> {
+    let name = host
+        .read_attr_opt(&dir.join("name"))?
+        .unwrap_or_else(|| id.to_string());
+    let description = host
+        .read_attr_opt(&dir.join("description"))?
+        .unwrap_or_default();
+    let mut details = parse_description(&description);
+    if details == TypeDetails::Unknown && id.starts_with("nvidia-") {
+        details = catalog_details(&name);
+    }
+    Ok(MdevType {
+        id: id.to_string(),
+        device_api: host
+            .read_attr_opt(&dir.join("device_api"))?
+            .unwrap_or_default(),
+        available_instances: read_available(host, dir)?,
+        name,
+        description,
+        details,
+    })
+}
+
+/// NVIDIA drivers that print no description: the fields come from the built-in table.
+fn catalog_details(_name: &str) -> TypeDetails {
+    TypeDetails::Unknown
+}
+
+/// Reads `available_instances` of a type directory.
+pub fn read_available(host: &Host, type_dir: &Path) -> HostResult<u32> {
+    let path = type_dir.join("available_instances");
+    let n = host.read_number(&path)?;
+    u32::try_from(n).map_err(|_| HostError::Parse {
+        path,
+        reason: format!("{n} is not a count"),
+    })
+}
+
+/// Scans every mdev device on the host, also those created outside vgpud. An entry whose
+/// parent or type does not resolve is skipped, as mdevctl counts it inactive.
+pub fn scan_devices(host: &Host) -> HostResult<Vec<MdevDevice>> {
+    let dir = host.sys("bus/mdev/devices");
+    let mut devices = Vec::new();
+    for name in host.list_dir(&dir)? {
+        if let Some(dev) = read_device(host, &name)? {
+            devices.push(dev);
+        }
+    }
+    Ok(devices)
+}
+
+/// Reads one mdev device by UUID, `None` if it does not exist (or does not resolve).
+pub fn read_device(host: &Host, uuid: &str) -> HostResult<Option<MdevDevice>> {
+    let Some(uuid) = normalize_uuid(uuid) else {
+        return Ok(None);
+    };
+    let link = mdev_device_dir(host, &uuid);
+    let resolved = match host.resolve(&link) {
+        Ok(p) => p,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(parent) = resolved
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+    else {
+        return Ok(None);
+    };
+    let Some(type_id) = host.link_name(&resolved.join("mdev_type"))? else {
+        return Ok(None);
+    };
+    Ok(Some(MdevDevice {
+        uuid,
+        parent,
+        type_id,
+        iommu_group: read_group(host, &resolved)?,
+        attributes: read_attributes(host, &resolved)?,
+    }))
+}
+
+/// Vendor attributes: the readable files in the device's sub-directories (`nvidia/`,
+/// `vendor/`), keyed by their path relative to the device.
+fn read_attributes(host: &Host, dev_dir: &Path) -> HostResult<BTreeMap<String, String>> {
+    let mut attrs = BTreeMap::new();
+    for group in host.list_dir(dev_dir)? {
+        if NON_ATTRIBUTE_ENTRIES.contains(&group.as_str()) {
+            continue;
+        }
+        let group_dir = dev_dir.join(&group);
+        let is_real_dir = std::fs::symlink_metadata(&group_dir)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        if !is_real_dir {
+            continue;
+        }
+        for file in host.list_dir(&group_dir)? {
+            // Write-only and failing attributes are not state to report.
+            if let Ok(value) = host.read_attr(&group_dir.join(&file)) {
+                attrs.insert(format!("{group}/{file}"), value);
+            }
+        }
+    }
+    Ok(attrs)
+}

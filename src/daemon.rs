@@ -1,0 +1,136 @@
+//! The daemon's start and run loop: build the host, scan it, export the objects, take the bus
+//! name, tell systemd we are ready, and serve until SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::dbus;
+use crate::engine::{Engine, EngineError};
+use crate::host::Host;
+
+/// Which bus to serve on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bus {
+    /// The system bus (honours `DBUS_SYSTEM_BUS_ADDRESS`).
+    System,
+    /// The session bus.
+    Session,
+    /// A bus at this address (`unix:path=/run/…`).
+    Address(String),
+}
+
+/// How the daemon was asked to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Root every host path is built from.
+    pub root: PathBuf,
+    /// Apply the kernel's side effects in vgpud (simulated host).
+    pub simulate: bool,
+    /// The bus to serve on.
+    pub bus: Bus,
+}
+
+/// Why the daemon could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Scanning the host failed.
+    #[error("scanning the host at {root}: {source}")]
+    Scan {
+        /// The host root.
+        root: PathBuf,
+        /// The engine error.
+        source: EngineError,
+    },
+    /// The bus could not be reached or the name could not be taken.
+    #[error("{context}: {source}")]
+    Bus {
+        /// What vgpud was doing.
+        context: String,
+        /// The bus error.
+        source: zbus::Error,
+    },
+    /// Signal handling could not be set up.
+    #[error("setting up signal handling: {0}")]
+    Signals(std::io::Error),
+}
+
+fn bus_err(context: &str) -> impl FnOnce(zbus::Error) -> DaemonError + '_ {
+    move |source| DaemonError::Bus {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> Result<(), DaemonError> {
+    let host = if config.simulate {
+        Host::simulated(&config.root)
+    } else {
+        Host::new(&config.root)
+    };
+    let started = std::time::Instant::now();
+    let engine = {
+        let host = host.clone();
+        let root = config.root.clone();
+        tokio::task::spawn_blocking(move || Engine::new(host))
+            .await
+            .map_err(|e| DaemonError::Scan {
+                root: root.clone(),
+                source: EngineError::InvalidArgument(format!("scan task failed: {e}")),
+            })?
+            .map_err(|source| DaemonError::Scan { root, source })?
+    };
+    let engine = Arc::new(engine);
+    tracing::info!(
+        root = %config.root.display(),
+        simulated = config.simulate,
+        gpus = engine.list_gpus().len(),
+        devices = engine.list_devices().len(),
+        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "host scanned"
+    );
+
+    let builder = match &config.bus {
+        Bus::System => zbus::connection::Builder::system(),
+        Bus::Session => zbus::connection::Builder::session(),
+        Bus::Address(a) => zbus::connection::Builder::address(a.as_str()),
+    };
+    let conn = builder
+        .build()
+        .await
+        .map_err(bus_err("connecting to the bus"))?;
+    dbus::serve(&conn, engine.clone())
+        .await
+        .map_err(bus_err("exporting objects"))?;
+    conn.request_name(dbus::BUS_NAME)
+        .await
+        .map_err(bus_err("taking the name org.vgpud1"))?;
+    tracing::info!(
+        name = dbus::BUS_NAME,
+        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "ready"
+    );
+    notify(&[sd_notify::NotifyState::Ready]);
+
+    wait_for_termination().await?;
+    notify(&[sd_notify::NotifyState::Stopping]);
+    tracing::info!("stopping");
+    Ok(())
+}
+
+fn notify(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "could not notify systemd");
+    }
+}
+
+async fn wait_for_termination() -> Result<(), DaemonError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! `org.vgpud1.Manager` at `/org/vgpud1`. Each method checks its options, hands the work to
+//! the engine on the blocking pool, and publishes the result: objects, signals, properties.
+
+use std::sync::Arc;
+
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, ObjectPath, ObjectServer, OwnedObjectPath};
+
+use super::error::{Error, Result};
+use super::options::{OptionReader, Options};
+use super::{export_device, paths, unexport_device};
+use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions};
+
+/// The manager object.
+pub struct Manager {
+    pub(super) engine: Arc<Engine>,
+}
+
+/// Runs engine work on the blocking pool: sysfs writes block, and calls on different GPUs
+/// must run in parallel.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
+    }
+}
+
+const CREATE_OPTIONS: &[&str] = &["parent", "uuid", "owner", "params"];
+const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb"];
+
+#[interface(name = "org.vgpud1.Manager")]
+impl Manager {
+    /// Every GPU: PCI address, model name, driver, sharing modes offered (comma-separated),
+    /// object path.
+    async fn list_gpus(&self) -> Vec<(String, String, String, String, OwnedObjectPath)> {
+        self.engine
+            .list_gpus()
+            .into_iter()
+            .map(|g| {
+                let modes: Vec<String> = g.sharing_modes.iter().map(|m| m.to_string()).collect();
+                let path = paths::gpu_path(&g.address);
+                (g.address, g.model, g.driver, modes.join(","), path)
+            })
+            .collect()
+    }
+
+    /// Every type of every GPU: parent address, type id, type name, framebuffer in bytes (0 if
+    /// unknown), max instances (0 if unknown), available instances now.
+    async fn list_types(&self) -> Result<Vec<(String, String, String, u64, u32, u32)>> {
+        let engine = self.engine.clone();
+        let types = blocking(move || engine.list_types()).await?;
+        Ok(types
+            .into_iter()
+            .map(|(parent, t)| {
+                let fb = t.framebuffer_bytes();
+                let max = t.max_instances();
+                (parent, t.id, t.name, fb, max, t.available_instances)
+            })
+            .collect())
+    }
+
+    /// Every device, also those created by other tools: uuid, parent address, type id, owner
+    /// tag, object path.
+    async fn list_devices(
+        &self,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
+        let engine = self.engine.clone();
+        let changes = blocking(move || engine.refresh_devices()).await?;
+        super::publish_changes(server, &emitter, &self.engine, changes).await?;
+        Ok(self
+            .engine
+            .list_devices()
+            .into_iter()
+            .map(|d| {
+                let path = paths::device_path(&d.uuid);
+                (d.uuid, d.parent, d.type_id, d.owner, path)
+            })
+            .collect())
+    }
+
+    /// Creates a device of `type` (an id, a name, or a name without the vendor prefix, any
+    /// case). Options: "parent" (s) pins the GPU, "uuid" (s) asks for a UUID, "owner" (s) a
+    /// free tag, "params" (s) NVIDIA `vgpu_params`.
+    #[zbus(out_args("uuid", "path"))]
+    async fn create_device(
+        &self,
+        r#type: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<(String, OwnedObjectPath)> {
+        let mut opts = OptionReader::new("CreateDevice", options);
+        let req = CreateRequest {
+            type_query: r#type,
+            parent: opts.string("parent")?,
+            uuid: opts.string("uuid")?,
+            owner: opts.string("owner")?.unwrap_or_default(),
+            params: opts.string("params")?,
+        };
+        opts.finish(CREATE_OPTIONS)?;
+        let engine = self.engine.clone();
+        let info = blocking(move || engine.create_device(&req)).await?;
+        let path = export_device(server, &self.engine, &info).await?;
+        Manager::device_created(&emitter, &info.uuid, path.as_ref()).await?;
+        Ok((info.uuid, path))
+    }
+
+    /// Removes a device by UUID. No options are defined yet.
+    async fn remove_device(
+        &self,
+        uuid: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<()> {
+        OptionReader::new("RemoveDevice", options).finish(&[])?;
+        let engine = self.engine.clone();
+        let info = blocking(move || engine.remove_device(&uuid)).await?;
+        let path = unexport_device(server, &info).await?;
+        Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
+        Ok(())
+    }
+
+    /// The libvirt `<hostdev>` element for a device.
+    async fn get_hostdev_xml(&self, uuid: String) -> Result<String> {
+        self.engine
+            .hostdev_xml(&uuid, &HostdevOptions::default())
+            .map_err(Error::from)
+    }
+
+    /// The libvirt `<hostdev>` element with options: "display" (b) and "ramfb" (b).
+    async fn render_hostdev_xml(&self, uuid: String, options: Options) -> Result<String> {
+        let mut opts = OptionReader::new("RenderHostdevXml", options);
+        let hostdev = HostdevOptions {
+            display: opts.boolean("display")?,
+            ramfb: opts.boolean("ramfb")?,
+        };
+        opts.finish(HOSTDEV_OPTIONS)?;
+        self.engine.hostdev_xml(&uuid, &hostdev).map_err(Error::from)
+    }
+
+    /// vgpud's version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    /// Whether the kernel side effects are simulated (`--simulate`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn simulated(&self) -> bool {
+        self.engine.host().is_simulated()
+    }
+
+    /// A device was created (by vgpud, or found created by another tool).
+    #[zbus(signal)]
+    pub(super) async fn device_created(
+        emitter: &SignalEmitter<'_>,
+        uuid: &str,
+        path: ObjectPath<'_>,
+    ) -> zbus::Result<()>;
+
+    /// A device was removed (by vgpud, or found gone).
+    #[zbus(signal)]
+    pub(super) async fn device_removed(
+        emitter: &SignalEmitter<'_>,
+        uuid: &str,
+        path: ObjectPath<'_>,
+    ) -> zbus::Result<()>;
+}

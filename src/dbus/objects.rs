@@ -1,0 +1,168 @@
+//! The per-GPU and per-device objects. They hold only their key and read everything else from
+//! the engine, so a property is never stale.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use zbus::{interface, OwnedObjectPath};
+
+use super::paths;
+use crate::engine::Engine;
+
+/// `org.vgpud1.Gpu` at `/org/vgpud1/gpu/<escaped address>`.
+pub struct GpuObject {
+    pub(super) engine: Arc<Engine>,
+    pub(super) address: String,
+}
+
+fn opt_i32(v: Option<u32>) -> i32 {
+    v.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1)
+}
+
+#[interface(name = "org.vgpud1.Gpu")]
+impl GpuObject {
+    /// PCI address (or sysfs name of a non-PCI parent such as `mtty`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    /// Marketing name where known.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn model(&self) -> String {
+        self.engine
+            .gpu(&self.address)
+            .map(|g| g.model)
+            .unwrap_or_default()
+    }
+
+    /// PCI vendor id, 0 for non-PCI parents.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn vendor_id(&self) -> u16 {
+        self.engine
+            .gpu(&self.address)
+            .map(|g| g.vendor_id)
+            .unwrap_or_default()
+    }
+
+    /// PCI device id, 0 for non-PCI parents.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn device_id(&self) -> u16 {
+        self.engine
+            .gpu(&self.address)
+            .map(|g| g.device_id)
+            .unwrap_or_default()
+    }
+
+    /// Bound kernel driver.
+    #[zbus(property)]
+    async fn driver(&self) -> String {
+        self.engine
+            .gpu(&self.address)
+            .map(|g| g.driver)
+            .unwrap_or_default()
+    }
+
+    /// IOMMU group, -1 if none.
+    #[zbus(property)]
+    async fn iommu_group(&self) -> i32 {
+        opt_i32(self.engine.gpu(&self.address).and_then(|g| g.iommu_group))
+    }
+
+    /// NUMA node, -1 if unknown.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn numa_node(&self) -> i32 {
+        opt_i32(self.engine.gpu(&self.address).and_then(|g| g.numa_node))
+    }
+
+    /// Ways this GPU can be shared (`mdev`).
+    #[zbus(property)]
+    async fn sharing_modes(&self) -> Vec<String> {
+        self.engine
+            .gpu(&self.address)
+            .map(|g| g.sharing_modes.iter().map(|m| m.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Ids of the device types this GPU offers.
+    #[zbus(property)]
+    async fn types(&self) -> Vec<String> {
+        self.engine
+            .gpu(&self.address)
+            .map(|g| g.types.into_iter().map(|t| t.id).collect())
+            .unwrap_or_default()
+    }
+
+    /// Device objects on this GPU.
+    #[zbus(property)]
+    async fn devices(&self) -> Vec<OwnedObjectPath> {
+        self.engine
+            .devices_of(&self.address)
+            .iter()
+            .map(|d| paths::device_path(&d.uuid))
+            .collect()
+    }
+}
+
+/// `org.vgpud1.Device` at `/org/vgpud1/device/<escaped uuid>`.
+pub struct DeviceObject {
+    pub(super) engine: Arc<Engine>,
+    pub(super) uuid: String,
+}
+
+impl DeviceObject {
+    fn field<T: Default>(&self, f: impl FnOnce(crate::engine::DeviceInfo) -> T) -> T {
+        self.engine.device(&self.uuid).map(f).unwrap_or_default()
+    }
+}
+
+#[interface(name = "org.vgpud1.Device")]
+impl DeviceObject {
+    /// The device's UUID.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn uuid(&self) -> String {
+        self.uuid.clone()
+    }
+
+    /// Address of the parent GPU.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn parent(&self) -> String {
+        self.field(|d| d.parent)
+    }
+
+    /// Object of the parent GPU.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn parent_gpu(&self) -> OwnedObjectPath {
+        paths::gpu_path(&self.field(|d| d.parent))
+    }
+
+    /// Type id (`nvidia-259`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn type_id(&self) -> String {
+        self.field(|d| d.type_id)
+    }
+
+    /// Type name (`GRID RTX6000-4Q`).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn type_name(&self) -> String {
+        self.field(|d| d.type_name)
+    }
+
+    /// Free tag given at creation; empty for devices created by other tools.
+    #[zbus(property)]
+    async fn owner(&self) -> String {
+        self.field(|d| d.owner)
+    }
+
+    /// IOMMU group the kernel gave the device, -1 if none.
+    #[zbus(property)]
+    async fn iommu_group(&self) -> i32 {
+        opt_i32(self.field(|d| d.iommu_group))
+    }
+
+    /// Vendor attributes (`nvidia/vgpu_params`).
+    #[zbus(property)]
+    async fn attributes(&self) -> BTreeMap<String, String> {
+        self.field(|d| d.attributes)
+    }
+}

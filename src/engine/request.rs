@@ -1,0 +1,168 @@
+//! Requests to the engine and their validation. Everything a caller sends is checked here
+//! before it can reach a path or the kernel.
+
+use super::{EngineError, EngineResult};
+use crate::model::normalize_uuid;
+
+/// The longest type, parent or owner string accepted.
+pub const MAX_NAME_LEN: usize = 256;
+/// The longest vendor parameter string accepted (`nvidia/vgpu_params`).
+pub const MAX_PARAMS_LEN: usize = 1024;
+
+/// A request to create a device.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateRequest {
+    /// A type id (`nvidia-259`), name (`GRID RTX6000-4Q`) or name without the vendor prefix
+    /// (`RTX6000-4Q`), any case.
+    pub type_query: String,
+    /// Pins the GPU (its address).
+    pub parent: Option<String>,
+    /// Asks for this UUID.
+    pub uuid: Option<String>,
+    /// A free tag, such as the libvirt domain name.
+    pub owner: String,
+    /// Vendor parameters written to `nvidia/vgpu_params`.
+    pub params: Option<String>,
+}
+
+/// Options of the rendered `<hostdev>`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostdevOptions {
+    /// `display='on'|'off'`.
+    pub display: Option<bool>,
+    /// `ramfb='on'|'off'`.
+    pub ramfb: Option<bool>,
+}
+
+impl CreateRequest {
+    /// Checks every field; normalizes the UUID to lowercase.
+    pub fn validate(&self) -> EngineResult<()> {
+        check_name("type", &self.type_query)?;
+        if let Some(p) = &self.parent {
+            check_name("parent", p)?;
+        }
+        if let Some(u) = &self.uuid {
+            if normalize_uuid(u).as_deref() != Some(u.as_str()) {
+                parse_uuid(u)?;
+                return Err(EngineError::InvalidArgument(format!(
+                    "uuid {u:?} must be given in lowercase"
+                )));
+            }
+        }
+        check_text("owner", &self.owner, MAX_NAME_LEN, true)?;
+        if let Some(params) = &self.params {
+            check_text("params", params, MAX_PARAMS_LEN, false)?;
+        }
+        Ok(())
+    }
+
+    /// Returns the request with its UUID in the kernel's lowercase form.
+    pub fn normalized(mut self) -> EngineResult<Self> {
+        if let Some(u) = &self.uuid {
+            self.uuid = Some(parse_uuid(u)?);
+        }
+        Ok(self)
+    }
+}
+
+/// Parses a UUID as the kernel does and returns it in lowercase.
+pub fn parse_uuid(s: &str) -> EngineResult<String> {
+    normalize_uuid(s).ok_or_else(|| {
+        EngineError::InvalidArgument(format!(
+            "{:?} is not a UUID (8-4-4-4-12 hexadecimal digits)",
+            shorten(s)
+        ))
+    })
+}
+
+/// A name that becomes part of a path or is matched against one: no separators, no dot
+/// names, printable, not empty, not huge.
+fn check_name(what: &str, value: &str) -> EngineResult<()> {
+    check_text(what, value, MAX_NAME_LEN, false)?;
+    if value.contains('/') || value == "." || value == ".." {
+        return Err(EngineError::InvalidArgument(format!(
+            "{what} {:?} must not contain '/' or be a dot name",
+            shorten(value)
+        )));
+    }
+    Ok(())
+}
+
+fn check_text(what: &str, value: &str, max: usize, empty_ok: bool) -> EngineResult<()> {
+    if value.is_empty() && !empty_ok {
+        return Err(EngineError::InvalidArgument(format!("{what} must not be empty")));
+    }
+    if value.len() > max {
+        return Err(EngineError::InvalidArgument(format!(
+            "{what} is {} bytes long; at most {max} are accepted",
+            value.len()
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(EngineError::InvalidArgument(format!(
+            "{what} {:?} contains control characters",
+            shorten(value)
+        )));
+    }
+    Ok(())
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(48).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(type_query: &str) -> CreateRequest {
+        CreateRequest {
+            type_query: type_query.into(),
+            ..CreateRequest::default()
+        }
+    }
+
+    #[test]
+    fn good_requests_pass() {
+        let mut r = req("RTX6000-4Q");
+        r.parent = Some("0000:41:00.0".into());
+        r.owner = "vm-1".into();
+        r.params = Some("frame_rate_limiter=0, disable_vnc=1".into());
+        r.uuid = Some("a1b2c3d4-0000-4000-8000-000000000001".into());
+        assert!(r.validate().is_ok());
+    }
+
+    #[test]
+    fn hostile_names_are_refused() {
+        for bad in ["", "../nvidia-259", "nvidia-259/create", "..", "a\nb"] {
+            assert!(
+                matches!(req(bad).validate(), Err(EngineError::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+        let huge = "x".repeat(1 << 20);
+        let msg = req(&huge).validate().expect_err("huge").to_string();
+        assert!(msg.contains("1048576 bytes"), "{msg}");
+        assert!(msg.len() < 200, "the message must not echo 1 MB");
+        let mut r = req("ok");
+        r.parent = Some("../../etc".into());
+        assert!(r.validate().is_err());
+        let mut r = req("ok");
+        r.params = Some("a=1\n".into());
+        assert!(r.validate().is_err());
+    }
+
+    #[test]
+    fn uuids_are_checked_and_normalized() {
+        let mut r = req("ok");
+        r.uuid = Some("not-a-uuid".into());
+        assert!(matches!(r.validate(), Err(EngineError::InvalidArgument(_))));
+        r.uuid = Some("A1B2C3D4-0000-4000-8000-000000000001".into());
+        let n = r.clone().normalized().expect("normalizes");
+        assert_eq!(
+            n.uuid.as_deref(),
+            Some("a1b2c3d4-0000-4000-8000-000000000001")
+        );
+        assert!(n.validate().is_ok());
+    }
+}
