@@ -90,7 +90,7 @@ fn main() -> ExitCode {
 
 fn sim_host(root: &std::path::Path, profiles: &[String], list: bool) -> ExitCode {
     if list || profiles.is_empty() {
-        for (name, about) in PENDING_PROFILES.iter().copied() {
+        for (name, about) in vgpud::simulate::profiles().iter().copied() {
             println!("{name:<14} {about}");
         }
         return if list {
@@ -105,16 +105,10 @@ fn sim_host(root: &std::path::Path, profiles: &[String], list: bool) -> ExitCode
         return ExitCode::from(2);
     }
     for name in profiles {
-        if let Err(e) = pending_write_profile(name, root) {
+        if let Err(e) = vgpud::simulate::write_profile(name, root) {
             eprintln!("vgpud sim-host: {e}");
             return ExitCode::FAILURE;
         }
     }
     ExitCode::SUCCESS
-}
-
-// WIRING: replaced by vgpud::simulate::{profiles, write_profile} once they land.
-const PENDING_PROFILES: &[(&str, &str)] = &[];
-fn pending_write_profile(name: &str, _root: &std::path::Path) -> Result<(), String> {
-    Err(format!("profile {name} is not available yet"))
 }

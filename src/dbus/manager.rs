@@ -34,6 +34,7 @@ const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb"];
 impl Manager {
     /// Every GPU: PCI address, model name, driver, sharing modes offered (comma-separated),
     /// object path.
+    #[zbus(out_args("gpus"))]
     async fn list_gpus(&self) -> Vec<(String, String, String, String, OwnedObjectPath)> {
         self.engine
             .list_gpus()
@@ -48,6 +49,7 @@ impl Manager {
 
     /// Every type of every GPU: parent address, type id, type name, framebuffer in bytes (0 if
     /// unknown), max instances (0 if unknown), available instances now.
+    #[zbus(out_args("types"))]
     async fn list_types(&self) -> Result<Vec<(String, String, String, u64, u32, u32)>> {
         let engine = self.engine.clone();
         let types = blocking(move || engine.list_types()).await?;
@@ -63,6 +65,7 @@ impl Manager {
 
     /// Every device, also those created by other tools: uuid, parent address, type id, owner
     /// tag, object path.
+    #[zbus(out_args("devices"))]
     async fn list_devices(
         &self,
         #[zbus(object_server)] server: &ObjectServer,
@@ -126,6 +129,7 @@ impl Manager {
     }
 
     /// The libvirt `<hostdev>` element for a device.
+    #[zbus(out_args("xml"))]
     async fn get_hostdev_xml(&self, uuid: String) -> Result<String> {
         self.engine
             .hostdev_xml(&uuid, &HostdevOptions::default())
@@ -133,6 +137,7 @@ impl Manager {
     }
 
     /// The libvirt `<hostdev>` element with options: "display" (b) and "ramfb" (b).
+    #[zbus(out_args("xml"))]
     async fn render_hostdev_xml(&self, uuid: String, options: Options) -> Result<String> {
         let mut opts = OptionReader::new("RenderHostdevXml", options);
         let hostdev = HostdevOptions {
@@ -140,7 +145,9 @@ impl Manager {
             ramfb: opts.boolean("ramfb")?,
         };
         opts.finish(HOSTDEV_OPTIONS)?;
-        self.engine.hostdev_xml(&uuid, &hostdev).map_err(Error::from)
+        self.engine
+            .hostdev_xml(&uuid, &hostdev)
+            .map_err(Error::from)
     }
 
     /// vgpud's version.

@@ -126,7 +126,11 @@ fn read_pci_gpu(host: &Host, address: &str, dir: &Path, class: u32) -> HostResul
     let vendor_id = host.read_number(&dir.join("vendor")).unwrap_or(0) as u16;
     let device_id = host.read_number(&dir.join("device")).unwrap_or(0) as u16;
     let numa_node = match host.read_attr_opt(&dir.join("numa_node"))? {
-        Some(s) => s.trim().parse::<i64>().ok().and_then(|n| u32::try_from(n).ok()),
+        Some(s) => s
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .and_then(|n| u32::try_from(n).ok()),
         None => None,
     };
     let model = catalog::pci_model_name(vendor_id, device_id)
@@ -190,8 +194,17 @@ fn read_type(host: &Host, id: &str, dir: &Path) -> HostResult<MdevType> {
 }
 
 /// NVIDIA drivers that print no description: the fields come from the built-in table.
-fn catalog_details(_name: &str) -> TypeDetails {
-    TypeDetails::Unknown
+fn catalog_details(name: &str) -> TypeDetails {
+    match catalog::nvidia_type_by_name(name) {
+        Some(info) => TypeDetails::Nvidia {
+            heads: Some(info.heads),
+            frame_rate_limit: Some(info.frl),
+            framebuffer_mib: Some(info.framebuffer_mib),
+            max_resolution: Some(info.max_resolution),
+            max_instances: Some(info.max_instances),
+        },
+        None => TypeDetails::Unknown,
+    }
 }
 
 /// Reads `available_instances` of a type directory.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use crate::discovery::{self, GpuLocation};
 use crate::host::Host;
 use crate::model::{Gpu, MdevDevice, MdevType, TypeDetails};
-
+use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
 pub use request::{CreateRequest, HostdevOptions};
@@ -96,8 +96,8 @@ impl Engine {
 
     /// Scans the GPUs and their types again.
     pub fn rescan_gpus(&self) -> EngineResult<()> {
-        let scanned = discovery::scan_gpus(&self.host)
-            .map_err(|e| EngineError::host("scanning GPUs", e))?;
+        let scanned =
+            discovery::scan_gpus(&self.host).map_err(|e| EngineError::host("scanning GPUs", e))?;
         let mut gpus = self.gpus.write().unwrap_or_else(|e| e.into_inner());
         let mut next = BTreeMap::new();
         for (gpu, location) in scanned {
@@ -301,7 +301,9 @@ impl Engine {
         let gpus = self.gpus();
         if let Some(parent) = &req.parent {
             if !gpus.contains_key(parent) {
-                return Err(EngineError::NotFound(format!("no GPU {parent} on this host")));
+                return Err(EngineError::NotFound(format!(
+                    "no GPU {parent} on this host"
+                )));
             }
         }
         let mut matches: Vec<(String, MdevType)> = gpus
@@ -339,8 +341,11 @@ impl Engine {
             }
         }
         let reg = lock(&self.registry);
-        let running =
-            |parent: &str, ty: &str| reg.devices.values().any(|d| d.parent == parent && d.type_id == ty);
+        let running = |parent: &str, ty: &str| {
+            reg.devices
+                .values()
+                .any(|d| d.parent == parent && d.type_id == ty)
+        };
         matches.sort_by_key(|(parent, ty)| (!running(parent, &ty.id), parent.clone()));
         Ok(matches)
     }
@@ -360,16 +365,21 @@ impl Engine {
         let create = discovery::mdev_type_dir(&self.host, parent, &ty.id).join("create");
         if let Err(e) = self.host.write_attr(&create, uuid) {
             return match e.errno() {
-                Some(libc_errno::ENOSPC | libc_errno::EUSERS | libc_errno::EBUSY | libc_errno::EAGAIN) => {
-                    Ok(Attempt::Refused(format!(
-                        "the driver refused a {} ({e})",
-                        ty.name
-                    )))
+                Some(
+                    libc_errno::ENOSPC
+                    | libc_errno::EUSERS
+                    | libc_errno::EBUSY
+                    | libc_errno::EAGAIN,
+                ) => Ok(Attempt::Refused(format!(
+                    "the driver refused a {} ({e})",
+                    ty.name
+                ))),
+                Some(libc_errno::ENODEV) => {
+                    Ok(Attempt::Refused(format!("the GPU went away ({e})")))
                 }
-                Some(libc_errno::ENODEV) => Ok(Attempt::Refused(format!("the GPU went away ({e})"))),
-                Some(libc_errno::EEXIST) => {
-                    Err(EngineError::Exists(format!("device {uuid} already exists ({e})")))
-                }
+                Some(libc_errno::EEXIST) => Err(EngineError::Exists(format!(
+                    "device {uuid} already exists ({e})"
+                ))),
                 Some(libc_errno::EINVAL) => Err(EngineError::InvalidArgument(format!(
                     "the kernel rejected device {uuid} ({e})"
                 ))),
@@ -465,11 +475,22 @@ impl Engine {
     pub fn hostdev_xml(&self, uuid: &str, opts: &HostdevOptions) -> EngineResult<String> {
         let uuid = request::parse_uuid(uuid)?;
         if self.device(&uuid).is_none() {
-            return Err(EngineError::NotFound(format!("no device {uuid} on this host")));
+            return Err(EngineError::NotFound(format!(
+                "no device {uuid} on this host"
+            )));
         }
-        // WIRING: replaced by xml::render_mdev_hostdev once src/xml lands.
-        let _ = opts;
-        Err(EngineError::Xml { uuid, message: "renderer pending".into() })
+        xml::render_mdev_hostdev(&xml::MdevHostdev {
+            uuid: uuid.clone(),
+            display: opts.display,
+            ramfb: opts.ramfb,
+        })
+        .map_err(|e| match e {
+            xml::XmlError::InvalidInput { .. } => EngineError::InvalidArgument(e.to_string()),
+            other => EngineError::Xml {
+                uuid,
+                message: other.to_string(),
+            },
+        })
     }
 }
 

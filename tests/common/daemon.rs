@@ -151,11 +151,19 @@ impl TestBus {
 
     /// Runs `busctl --json=short call org.vgpud1 PATH IFACE METHOD SIG ARGS…` and returns
     /// the parsed reply, or the error text.
-    pub fn busctl_call(&self, path: &str, iface: &str, method: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+    pub fn busctl_call(
+        &self,
+        path: &str,
+        iface: &str,
+        method: &str,
+        args: &[&str],
+    ) -> Result<serde_json::Value, String> {
         let mut all = vec!["--json=short", "call", "org.vgpud1", path, iface, method];
         all.extend_from_slice(args);
         let out = self.busctl(&all);
-        if out.status.success() {
+        if out.status.success() && out.stdout.iter().all(u8::is_ascii_whitespace) {
+            Ok(serde_json::Value::Null)
+        } else if out.status.success() {
             Ok(serde_json::from_slice(&out.stdout).expect("busctl prints JSON"))
         } else {
             Err(String::from_utf8_lossy(&out.stderr).into_owned())
@@ -238,9 +246,16 @@ impl Daemon {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("vgpud exited with {status} before taking its name:\n{}", self.log_text());
+                panic!(
+                    "vgpud exited with {status} before taking its name:\n{}",
+                    self.log_text()
+                );
             }
-            assert!(Instant::now() < deadline, "vgpud did not take its name in time:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "vgpud did not take its name in time:\n{}",
+                self.log_text()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -262,7 +277,10 @@ impl Daemon {
 
     /// Stops the daemon with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         self.child.wait().expect("wait for vgpud")
     }
 }
@@ -288,12 +306,18 @@ pub fn snapshot(root: &Path) -> HashMap<PathBuf, String> {
             let meta = std::fs::symlink_metadata(&path).expect("metadata");
             let rel = path.strip_prefix(root).expect("prefix").to_path_buf();
             if meta.file_type().is_symlink() {
-                out.insert(rel, format!("-> {}", std::fs::read_link(&path).expect("link").display()));
+                out.insert(
+                    rel,
+                    format!("-> {}", std::fs::read_link(&path).expect("link").display()),
+                );
             } else if meta.is_dir() {
                 out.insert(rel, "dir".into());
                 stack.push(path);
             } else {
-                out.insert(rel, std::fs::read_to_string(&path).unwrap_or_else(|_| "<binary>".into()));
+                out.insert(
+                    rel,
+                    std::fs::read_to_string(&path).unwrap_or_else(|_| "<binary>".into()),
+                );
             }
         }
     }

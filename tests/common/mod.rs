@@ -1,2 +1,7 @@
+//! Shared parts of the integration tests.
 #![allow(dead_code)]
+pub mod daemon;
 pub mod golden;
+pub mod introspection;
+pub mod libvirt;
+pub mod proxy;

@@ -1,0 +1,226 @@
+//! Benchmark program (reports figures; asserts nothing about time):
+//! 1. the scan of a simulated 16-GPU host, empty and full of devices;
+//! 2. the latency of CreateDevice and RemoveDevice over a private bus to a real vgpud process,
+//!    next to the latency of `org.freedesktop.DBus.Peer.Ping` to the same process in the same
+//!    run, so the cost of vgpud's own work can be read off the difference.
+//!
+//! Run: `cargo bench --bench scan` (set `VGPUD_BENCH_ROUNDS` for more rounds).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vgpud::discovery;
+use vgpud::host::Host;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn time_scans(host: &Host, rounds: usize) -> (f64, f64, usize, usize) {
+    let mut gpu_ms = Vec::new();
+    let mut dev_ms = Vec::new();
+    let mut gpus = 0;
+    let mut devices = 0;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        gpus = discovery::scan_gpus(host).expect("scan gpus").len();
+        gpu_ms.push(ms(t.elapsed()));
+        let t = Instant::now();
+        devices = discovery::scan_devices(host).expect("scan devices").len();
+        dev_ms.push(ms(t.elapsed()));
+    }
+    (median(&mut gpu_ms), median(&mut dev_ms), gpus, devices)
+}
+
+/// Fills every NVIDIA GPU with its smallest Q type, as many as the driver allows, up to
+/// `limit` devices in all.
+fn fill(host: &Host, limit: usize) -> usize {
+    let mut made = 0;
+    for (gpu, loc) in discovery::scan_gpus(host).expect("scan") {
+        if gpu.driver != "nvidia" {
+            continue;
+        }
+        let Some(ty) = gpu.types.iter().find(|t| t.name.ends_with("-1Q")) else {
+            continue;
+        };
+        let create = loc
+            .dir
+            .join("mdev_supported_types")
+            .join(&ty.id)
+            .join("create");
+        while made < limit {
+            let uuid = uuid::Uuid::new_v4().to_string();
+            if host.write_attr(&create, &uuid).is_err() {
+                break;
+            }
+            made += 1;
+        }
+    }
+    made
+}
+
+struct Bus(Child, String);
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_bus(dir: &Path) -> Bus {
+    let socket = dir.join("bus");
+    let mut child = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1"])
+        .arg(format!("--address=unix:path={}", socket.display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dbus-daemon (apt-get install dbus-daemon)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address");
+    Bus(child, line.trim().to_string())
+}
+
+#[zbus::proxy(
+    interface = "org.vgpud1.Manager",
+    default_service = "org.vgpud1",
+    default_path = "/org/vgpud1"
+)]
+trait Manager {
+    fn create_device(
+        &self,
+        r#type: &str,
+        options: HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<(String, zbus::OwnedObjectPath)>;
+    fn remove_device(
+        &self,
+        uuid: &str,
+        options: HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<()>;
+}
+
+async fn bus_latency(root: &Path, bus: &Bus, rounds: usize) {
+    let started = Instant::now();
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+        .arg("--root")
+        .arg(root)
+        .arg("--simulate")
+        .arg("--bus-address")
+        .arg(&bus.1)
+        .env("VGPUD_LOG", "warn")
+        .spawn()
+        .expect("vgpud");
+    let conn = zbus::connection::Builder::address(bus.1.as_str())
+        .build()
+        .await
+        .expect("connect");
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.expect("dbus");
+    let name = zbus::names::BusName::try_from("org.vgpud1").expect("name");
+    while !dbus.name_has_owner(name.clone()).await.unwrap_or(false) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let ready_ms = ms(started.elapsed());
+    let manager = ManagerProxy::new(&conn).await.expect("proxy");
+    let peer = zbus::fdo::PeerProxy::builder(&conn)
+        .destination("org.vgpud1")
+        .path("/org/vgpud1")
+        .build()
+        .await
+        .expect("peer");
+    let (mut ping, mut create, mut remove) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        peer.ping().await.expect("Ping");
+        ping.push(ms(t.elapsed()));
+        let t = Instant::now();
+        let (uuid, _) = manager
+            .create_device("T4-1Q", HashMap::new())
+            .await
+            .expect("CreateDevice");
+        create.push(ms(t.elapsed()));
+        let t = Instant::now();
+        manager
+            .remove_device(&uuid, HashMap::new())
+            .await
+            .expect("RemoveDevice");
+        remove.push(ms(t.elapsed()));
+    }
+    println!("start to name owned (16 GPUs, empty):   {ready_ms:8.2} ms");
+    println!(
+        "Peer.Ping          median {:6.3} ms  p99 {:6.3} ms  ({rounds} calls)",
+        median(&mut ping),
+        percentile(&mut ping, 0.99)
+    );
+    println!(
+        "CreateDevice       median {:6.3} ms  p99 {:6.3} ms  ({:.1}x Ping)",
+        median(&mut create),
+        percentile(&mut create, 0.99),
+        median(&mut create) / median(&mut ping)
+    );
+    println!(
+        "RemoveDevice       median {:6.3} ms  p99 {:6.3} ms  ({:.1}x Ping)",
+        median(&mut remove),
+        percentile(&mut remove, 0.99),
+        median(&mut remove) / median(&mut ping)
+    );
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(daemon.id().to_string())
+        .status();
+    let _ = daemon.wait();
+}
+
+fn main() {
+    let rounds: usize = std::env::var("VGPUD_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("host");
+    vgpud::simulate::write_profile("large", &root).expect("large profile");
+    let host = Host::simulated(&root);
+
+    println!("== scan of the simulated 'large' host (median of {rounds} scans)");
+    let (g, d, gpus, devices) = time_scans(&host, rounds);
+    println!("empty: {gpus} GPUs: GPUs+types {g:7.3} ms, devices {d:7.3} ms ({devices} devices)");
+    let made = fill(&host, 500);
+    let (g, d, gpus, devices) = time_scans(&host, rounds);
+    println!(
+        "full:  {gpus} GPUs: GPUs+types {g:7.3} ms, devices {d:7.3} ms ({devices} devices, {made} made)"
+    );
+    let t = Instant::now();
+    let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
+    println!(
+        "engine start (scan + adopt {} devices): {:7.3} ms",
+        engine.list_devices().len(),
+        ms(t.elapsed())
+    );
+    for dev in discovery::scan_devices(&host).expect("scan") {
+        let remove = host.sys("bus/mdev/devices").join(&dev.uuid).join("remove");
+        host.write_attr(&remove, "1").expect("remove");
+    }
+
+    println!("\n== D-Bus latency, sequential, through a private dbus-daemon");
+    let bus = start_bus(dir.path());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(bus_latency(&root, &bus, rounds));
+}

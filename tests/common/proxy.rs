@@ -1,0 +1,119 @@
+//! zbus proxies for `org.vgpud1`, written from the documented contract (not generated from
+//! the server's code), so the tests check what clients rely on.
+
+use std::collections::{BTreeMap, HashMap};
+
+use zbus::{proxy, OwnedObjectPath, Variant};
+
+/// `org.vgpud1.Manager`.
+#[proxy(
+    interface = "org.vgpud1.Manager",
+    default_service = "org.vgpud1",
+    default_path = "/org/vgpud1"
+)]
+pub trait Manager {
+    /// ListGpus() → a(sssso)
+    fn list_gpus(&self) -> zbus::Result<Vec<(String, String, String, String, OwnedObjectPath)>>;
+    /// ListTypes() → a(ssstuu)
+    fn list_types(&self) -> zbus::Result<Vec<(String, String, String, u64, u32, u32)>>;
+    /// ListDevices() → a(sssso)
+    fn list_devices(&self) -> zbus::Result<Vec<(String, String, String, String, OwnedObjectPath)>>;
+    /// CreateDevice(s, a{sv}) → (so)
+    fn create_device(
+        &self,
+        r#type: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<(String, OwnedObjectPath)>;
+    /// RemoveDevice(s, a{sv})
+    fn remove_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// GetHostdevXml(s) → s
+    fn get_hostdev_xml(&self, uuid: &str) -> zbus::Result<String>;
+    /// RenderHostdevXml(s, a{sv}) → s
+    fn render_hostdev_xml(
+        &self,
+        uuid: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<String>;
+    /// DeviceCreated(s, o)
+    #[zbus(signal)]
+    fn device_created(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
+    /// DeviceRemoved(s, o)
+    #[zbus(signal)]
+    fn device_removed(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
+    /// Version
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+}
+
+/// `org.vgpud1.Gpu`.
+#[proxy(interface = "org.vgpud1.Gpu", default_service = "org.vgpud1")]
+pub trait Gpu {
+    /// Address
+    #[zbus(property)]
+    fn address(&self) -> zbus::Result<String>;
+    /// Model
+    #[zbus(property)]
+    fn model(&self) -> zbus::Result<String>;
+    /// VendorId
+    #[zbus(property)]
+    fn vendor_id(&self) -> zbus::Result<u16>;
+    /// Driver
+    #[zbus(property)]
+    fn driver(&self) -> zbus::Result<String>;
+    /// NumaNode
+    #[zbus(property)]
+    fn numa_node(&self) -> zbus::Result<i32>;
+    /// IommuGroup
+    #[zbus(property)]
+    fn iommu_group(&self) -> zbus::Result<i32>;
+    /// Devices
+    #[zbus(property)]
+    fn devices(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
+}
+
+/// `org.vgpud1.Device`.
+#[proxy(interface = "org.vgpud1.Device", default_service = "org.vgpud1")]
+pub trait Device {
+    /// Uuid
+    #[zbus(property)]
+    fn uuid(&self) -> zbus::Result<String>;
+    /// Parent
+    #[zbus(property)]
+    fn parent(&self) -> zbus::Result<String>;
+    /// TypeId
+    #[zbus(property)]
+    fn type_id(&self) -> zbus::Result<String>;
+    /// TypeName
+    #[zbus(property)]
+    fn type_name(&self) -> zbus::Result<String>;
+    /// Owner
+    #[zbus(property)]
+    fn owner(&self) -> zbus::Result<String>;
+    /// IommuGroup
+    #[zbus(property)]
+    fn iommu_group(&self) -> zbus::Result<i32>;
+    /// Attributes
+    #[zbus(property)]
+    fn attributes(&self) -> zbus::Result<BTreeMap<String, String>>;
+}
+
+/// Options for a call.
+pub fn opts<'a>(pairs: &[(&'a str, &'a str)]) -> HashMap<&'a str, Variant<'a>> {
+    pairs.iter().map(|(k, v)| (*k, Variant::from(*v))).collect()
+}
+
+/// The D-Bus error name of a failed call.
+pub fn error_name(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, _, _) => name.to_string(),
+        other => format!("not a method error: {other}"),
+    }
+}
+
+/// The D-Bus error message of a failed call.
+pub fn error_message(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(_, Some(msg), _) => msg.clone(),
+        other => other.to_string(),
+    }
+}
