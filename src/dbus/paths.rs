@@ -72,7 +72,10 @@ mod tests {
             "a1b2c3d4_2d0000_2d4000_2d8000_2d000000000001"
         );
         assert_eq!(escape_segment(""), "_");
-        assert_eq!(gpu_path("0000:41:00.0").as_str(), "/org/vgpud1/gpu/_30000_3a41_3a00_2e0");
+        assert_eq!(
+            gpu_path("0000:41:00.0").as_str(),
+            "/org/vgpud1/gpu/_30000_3a41_3a00_2e0"
+        );
     }
 
     #[test]

@@ -96,7 +96,10 @@ mod tests {
             ],
         };
         let msg = e.to_string();
-        assert!(msg.contains("0000:41:00.0: all 6 instances in use"), "{msg}");
+        assert!(
+            msg.contains("0000:41:00.0: all 6 instances in use"),
+            "{msg}"
+        );
         assert!(msg.contains("0000:42:00.0: runs GRID RTX6000-1Q"), "{msg}");
     }
 }

@@ -90,7 +90,9 @@ fn check_name(what: &str, value: &str) -> EngineResult<()> {
 
 fn check_text(what: &str, value: &str, max: usize, empty_ok: bool) -> EngineResult<()> {
     if value.is_empty() && !empty_ok {
-        return Err(EngineError::InvalidArgument(format!("{what} must not be empty")));
+        return Err(EngineError::InvalidArgument(format!(
+            "{what} must not be empty"
+        )));
     }
     if value.len() > max {
         return Err(EngineError::InvalidArgument(format!(
