@@ -1,7 +1,540 @@
 //! What vgpud knows about hardware that sysfs does not say: marketing names of PCI devices and
-//! the NVIDIA vGPU type tables of hardware.md §5.
+//! the NVIDIA vGPU type tables of hardware.md §5 (plus the Intel GVT-g type table of §5.7).
+//!
+//! Everything here is data: tables of boards and their type ids, from which the per-type
+//! figures (framebuffer, instances, heads, resolution, frame-rate limit) are derived by the
+//! per-series pattern of hardware.md §1.3.
+
+use std::sync::OnceLock;
+
+use crate::model::{VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA};
+
+/// PCI ids vgpud knows a name for. Only ids confirmed against pci.ids-style sources are listed;
+/// boards sharing an id are named together (0x1e30 is both Quadro RTX 6000 and RTX 8000).
+const PCI_MODELS: &[(u16, u16, &str)] = &[
+    // NVIDIA
+    (VENDOR_NVIDIA, 0x13f2, "Tesla M60"),
+    (VENDOR_NVIDIA, 0x1b38, "Tesla P40"),
+    (VENDOR_NVIDIA, 0x1db4, "Tesla V100 PCIe 16GB"),
+    (VENDOR_NVIDIA, 0x1db6, "Tesla V100 PCIe 32GB"),
+    (VENDOR_NVIDIA, 0x1e30, "Quadro RTX 6000/8000"),
+    (VENDOR_NVIDIA, 0x1eb8, "Tesla T4"),
+    (VENDOR_NVIDIA, 0x20b5, "A100 PCIe 80GB"),
+    (VENDOR_NVIDIA, 0x20f1, "A100 PCIe 40GB"),
+    (VENDOR_NVIDIA, 0x2230, "RTX A6000"),
+    (VENDOR_NVIDIA, 0x2235, "A40"),
+    (VENDOR_NVIDIA, 0x2236, "A10"),
+    (VENDOR_NVIDIA, 0x25b6, "A16 / A2"),
+    (VENDOR_NVIDIA, 0x26b5, "L40"),
+    (VENDOR_NVIDIA, 0x26b9, "L40S"),
+    (VENDOR_NVIDIA, 0x27b8, "L4"),
+    (VENDOR_NVIDIA, 0x2331, "H100 PCIe"),
+    // Intel integrated graphics (GVT-g capable generations)
+    (VENDOR_INTEL, 0x1912, "HD Graphics 530"),
+    (VENDOR_INTEL, 0x5912, "HD Graphics 630"),
+    (VENDOR_INTEL, 0x3e91, "UHD Graphics 630"),
+    (VENDOR_INTEL, 0x3e92, "UHD Graphics 630"),
+    (VENDOR_INTEL, 0x3e9b, "UHD Graphics 630 (Mobile)"),
+    // AMD
+    (VENDOR_AMD, 0x74a1, "Instinct MI300X"),
+];
 
 /// The marketing name of a PCI device, if vgpud knows it.
-pub fn pci_model_name(_vendor: u16, _device: u16) -> Option<&'static str> {
-    None
+pub fn pci_model_name(vendor: u16, device: u16) -> Option<&'static str> {
+    PCI_MODELS
+        .iter()
+        .find(|(v, d, _)| *v == vendor && *d == device)
+        .map(|(_, _, name)| *name)
+}
+
+/// An NVIDIA time-sliced vGPU type as the driver describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvidiaTypeInfo {
+    /// The numeric type id (`nvidia-<id>` as an mdev type, or the vendor-VFIO id).
+    pub id: u32,
+    /// The `name` attribute: `GRID RTX6000-4Q`, `NVIDIA A40-2Q`.
+    pub name: &'static str,
+    /// Framebuffer in MiB.
+    pub framebuffer_mib: u64,
+    /// Maximum instances per physical GPU (equal-size mode).
+    pub max_instances: u32,
+    /// Display heads.
+    pub heads: u32,
+    /// Maximum resolution (width, height).
+    pub max_resolution: (u32, u32),
+    /// Frame-rate limit in frames per second.
+    pub frl: u32,
+}
+
+impl NvidiaTypeInfo {
+    /// The type's `description` attribute as the NVIDIA driver prints it, with its newline.
+    pub fn description(&self) -> String {
+        format!(
+            "num_heads={}, frl_config={}, framebuffer={}M, max_resolution={}x{}, max_instance={}\n",
+            self.heads,
+            self.frl,
+            self.framebuffer_mib,
+            self.max_resolution.0,
+            self.max_resolution.1,
+            self.max_instances
+        )
+    }
+
+    /// The series letter: `Q`, `B`, `A` or `C`.
+    pub fn series(&self) -> char {
+        split_profile(self.name).map_or('?', |(_, s)| s)
+    }
+}
+
+/// A board's type list: the board's framebuffer in GiB, the highest instance count the driver
+/// allows on one GPU, the C-series maximum resolution, and (id, name) of each type.
+struct Board {
+    fb_gib: u64,
+    cap: u32,
+    c_resolution: (u32, u32),
+    types: &'static [(u32, &'static str)],
+}
+
+/// C-series maximum resolution as vgpuConfig.xml of driver 510 gives it (newer drivers
+/// print 4096x2400; hardware.md §1.3 says this is driver-version dependent).
+const C_RES: (u32, u32) = (4096, 2160);
+
+/// Boards and their type ids: RTX6000 and T4 from the driver-510 type list; A10, A16, A40 from
+/// the same list (hardware.md §5.1/5.2); L40S from a real VF dump (§5.3; no C-series ids known);
+/// A100D from §5.4.
+const BOARDS: &[Board] = &[
+    Board {
+        fb_gib: 24,
+        cap: 24,
+        c_resolution: C_RES,
+        types: &[
+            (256, "GRID RTX6000-1Q"),
+            (257, "GRID RTX6000-2Q"),
+            (258, "GRID RTX6000-3Q"),
+            (259, "GRID RTX6000-4Q"),
+            (260, "GRID RTX6000-6Q"),
+            (261, "GRID RTX6000-8Q"),
+            (262, "GRID RTX6000-12Q"),
+            (263, "GRID RTX6000-24Q"),
+            (343, "GRID RTX6000-4C"),
+            (344, "GRID RTX6000-6C"),
+            (345, "GRID RTX6000-8C"),
+            (346, "GRID RTX6000-12C"),
+            (347, "GRID RTX6000-24C"),
+            (435, "GRID RTX6000-1B"),
+            (436, "GRID RTX6000-2B"),
+            (437, "GRID RTX6000-1A"),
+            (438, "GRID RTX6000-2A"),
+            (439, "GRID RTX6000-3A"),
+            (440, "GRID RTX6000-4A"),
+            (441, "GRID RTX6000-6A"),
+            (442, "GRID RTX6000-8A"),
+            (443, "GRID RTX6000-12A"),
+            (444, "GRID RTX6000-24A"),
+        ],
+    },
+    Board {
+        fb_gib: 16,
+        cap: 16,
+        c_resolution: C_RES,
+        types: &[
+            (222, "GRID T4-1B"),
+            (223, "GRID T4-2B"),
+            (225, "GRID T4-1A"),
+            (226, "GRID T4-2A"),
+            (227, "GRID T4-4A"),
+            (228, "GRID T4-8A"),
+            (229, "GRID T4-16A"),
+            (230, "GRID T4-1Q"),
+            (231, "GRID T4-2Q"),
+            (232, "GRID T4-4Q"),
+            (233, "GRID T4-8Q"),
+            (234, "GRID T4-16Q"),
+            (319, "GRID T4-4C"),
+            (320, "GRID T4-8C"),
+            (321, "GRID T4-16C"),
+        ],
+    },
+    Board {
+        fb_gib: 24,
+        cap: 24,
+        c_resolution: C_RES,
+        types: &[
+            (588, "NVIDIA A10-1B"),
+            (589, "NVIDIA A10-2B"),
+            (590, "NVIDIA A10-1Q"),
+            (591, "NVIDIA A10-2Q"),
+            (592, "NVIDIA A10-3Q"),
+            (593, "NVIDIA A10-4Q"),
+            (594, "NVIDIA A10-6Q"),
+            (595, "NVIDIA A10-8Q"),
+            (596, "NVIDIA A10-12Q"),
+            (597, "NVIDIA A10-24Q"),
+            (598, "NVIDIA A10-1A"),
+            (599, "NVIDIA A10-2A"),
+            (600, "NVIDIA A10-3A"),
+            (601, "NVIDIA A10-4A"),
+            (602, "NVIDIA A10-6A"),
+            (603, "NVIDIA A10-8A"),
+            (604, "NVIDIA A10-12A"),
+            (605, "NVIDIA A10-24A"),
+            (610, "NVIDIA A10-4C"),
+            (611, "NVIDIA A10-6C"),
+            (612, "NVIDIA A10-8C"),
+            (613, "NVIDIA A10-12C"),
+            (614, "NVIDIA A10-24C"),
+        ],
+    },
+    Board {
+        fb_gib: 16,
+        cap: 16,
+        c_resolution: C_RES,
+        types: &[
+            (709, "NVIDIA A16-1B"),
+            (710, "NVIDIA A16-2B"),
+            (711, "NVIDIA A16-1Q"),
+            (712, "NVIDIA A16-2Q"),
+            (713, "NVIDIA A16-4Q"),
+            (714, "NVIDIA A16-8Q"),
+            (715, "NVIDIA A16-16Q"),
+            (716, "NVIDIA A16-1A"),
+            (717, "NVIDIA A16-2A"),
+            (718, "NVIDIA A16-4A"),
+            (719, "NVIDIA A16-8A"),
+            (720, "NVIDIA A16-16A"),
+            (721, "NVIDIA A16-4C"),
+            (722, "NVIDIA A16-8C"),
+            (723, "NVIDIA A16-16C"),
+        ],
+    },
+    Board {
+        fb_gib: 48,
+        cap: 32,
+        c_resolution: C_RES,
+        types: &[
+            (555, "NVIDIA A40-1B"),
+            (556, "NVIDIA A40-2B"),
+            (557, "NVIDIA A40-1Q"),
+            (558, "NVIDIA A40-2Q"),
+            (559, "NVIDIA A40-3Q"),
+            (560, "NVIDIA A40-4Q"),
+            (561, "NVIDIA A40-6Q"),
+            (562, "NVIDIA A40-8Q"),
+            (563, "NVIDIA A40-12Q"),
+            (564, "NVIDIA A40-16Q"),
+            (565, "NVIDIA A40-24Q"),
+            (566, "NVIDIA A40-48Q"),
+            (567, "NVIDIA A40-1A"),
+            (568, "NVIDIA A40-2A"),
+            (569, "NVIDIA A40-3A"),
+            (570, "NVIDIA A40-4A"),
+            (571, "NVIDIA A40-6A"),
+            (572, "NVIDIA A40-8A"),
+            (573, "NVIDIA A40-12A"),
+            (574, "NVIDIA A40-16A"),
+            (575, "NVIDIA A40-24A"),
+            (576, "NVIDIA A40-48A"),
+            (581, "NVIDIA A40-4C"),
+            (582, "NVIDIA A40-6C"),
+            (583, "NVIDIA A40-8C"),
+            (584, "NVIDIA A40-12C"),
+            (585, "NVIDIA A40-16C"),
+            (586, "NVIDIA A40-24C"),
+            (587, "NVIDIA A40-48C"),
+        ],
+    },
+    Board {
+        fb_gib: 48,
+        cap: 32,
+        c_resolution: C_RES,
+        types: &[
+            (1145, "NVIDIA L40S-1B"),
+            (1146, "NVIDIA L40S-2B"),
+            (1147, "NVIDIA L40S-1Q"),
+            (1148, "NVIDIA L40S-2Q"),
+            (1149, "NVIDIA L40S-3Q"),
+            (1150, "NVIDIA L40S-4Q"),
+            (1151, "NVIDIA L40S-6Q"),
+            (1152, "NVIDIA L40S-8Q"),
+            (1153, "NVIDIA L40S-12Q"),
+            (1154, "NVIDIA L40S-16Q"),
+            (1155, "NVIDIA L40S-24Q"),
+            (1156, "NVIDIA L40S-48Q"),
+            (1157, "NVIDIA L40S-1A"),
+            (1158, "NVIDIA L40S-2A"),
+            (1159, "NVIDIA L40S-3A"),
+            (1160, "NVIDIA L40S-4A"),
+            (1161, "NVIDIA L40S-6A"),
+            (1162, "NVIDIA L40S-8A"),
+            (1163, "NVIDIA L40S-12A"),
+            (1164, "NVIDIA L40S-16A"),
+            (1165, "NVIDIA L40S-24A"),
+            (1166, "NVIDIA L40S-48A"),
+            (2164, "NVIDIA L40S-3B"),
+        ],
+    },
+    Board {
+        fb_gib: 80,
+        cap: 32,
+        c_resolution: (3840, 2400),
+        types: &[
+            (692, "NVIDIA A100D-4C"),
+            (693, "NVIDIA A100D-8C"),
+            (694, "NVIDIA A100D-10C"),
+            (695, "NVIDIA A100D-16C"),
+            (696, "NVIDIA A100D-20C"),
+            (697, "NVIDIA A100D-40C"),
+            (698, "NVIDIA A100D-80C"),
+        ],
+    },
+];
+
+/// Splits `GRID RTX6000-12Q` into (12, 'Q').
+fn split_profile(name: &str) -> Option<(u64, char)> {
+    let profile = name.rsplit('-').next()?;
+    let series = profile.chars().last()?;
+    let size = profile[..profile.len() - series.len_utf8()].parse().ok()?;
+    Some((size, series))
+}
+
+/// Derives a type's figures from its board and profile by the per-series pattern of
+/// hardware.md §1.3: Q 4 heads 60 fps (1Q 5120x2880, larger 7680x4320); B 4 heads 45 fps
+/// 5120x2880; A 1 head 60 fps 1280x1024; C 1 head 60 fps.
+fn derive(board: &Board, id: u32, name: &'static str) -> Option<NvidiaTypeInfo> {
+    let (gib, series) = split_profile(name)?;
+    if gib == 0 {
+        return None;
+    }
+    let (heads, frl, res) = match series {
+        'Q' if gib == 1 => (4, 60, (5120, 2880)),
+        'Q' => (4, 60, (7680, 4320)),
+        'B' => (4, 45, (5120, 2880)),
+        'A' => (1, 60, (1280, 1024)),
+        'C' => (1, 60, board.c_resolution),
+        _ => return None,
+    };
+    let max = u32::try_from(board.fb_gib / gib)
+        .unwrap_or(u32::MAX)
+        .min(board.cap);
+    Some(NvidiaTypeInfo {
+        id,
+        name,
+        framebuffer_mib: gib * 1024,
+        max_instances: max,
+        heads,
+        max_resolution: res,
+        frl,
+    })
+}
+
+/// Every NVIDIA type vgpud knows, board by board.
+pub fn nvidia_types() -> &'static [NvidiaTypeInfo] {
+    static TYPES: OnceLock<Vec<NvidiaTypeInfo>> = OnceLock::new();
+    TYPES.get_or_init(|| {
+        let mut all = Vec::new();
+        for board in BOARDS {
+            for (id, name) in board.types {
+                if let Some(info) = derive(board, *id, name) {
+                    all.push(info);
+                }
+            }
+        }
+        all
+    })
+}
+
+/// The types of one board, by the name prefix without the vendor word (`RTX6000`, `T4`, `A40`).
+pub fn nvidia_board_types(board: &str) -> Vec<&'static NvidiaTypeInfo> {
+    nvidia_types()
+        .iter()
+        .filter(|t| {
+            strip_vendor(t.name)
+                .rsplit_once('-')
+                .is_some_and(|(b, _)| b == board)
+        })
+        .collect()
+}
+
+fn strip_vendor(name: &str) -> &str {
+    name.strip_prefix("GRID ")
+        .or_else(|| name.strip_prefix("NVIDIA "))
+        .unwrap_or(name)
+}
+
+/// An NVIDIA type by its `name` attribute (`GRID RTX6000-4Q`), or by the name without the
+/// vendor word (`RTX6000-4Q`); case-insensitive.
+pub fn nvidia_type_by_name(name: &str) -> Option<&'static NvidiaTypeInfo> {
+    let name = name.trim();
+    nvidia_types()
+        .iter()
+        .find(|t| t.name.eq_ignore_ascii_case(name))
+        .or_else(|| {
+            let short = strip_vendor(name);
+            nvidia_types()
+                .iter()
+                .find(|t| strip_vendor(t.name).eq_ignore_ascii_case(short))
+        })
+}
+
+/// An NVIDIA type by its numeric id (`259` for `nvidia-259`).
+pub fn nvidia_type_by_id(id: u32) -> Option<&'static NvidiaTypeInfo> {
+    nvidia_types().iter().find(|t| t.id == id)
+}
+
+/// An Intel GVT-g type (hardware.md §5.7; i915 `intel_vgpu_configs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GvtgTypeInfo {
+    /// The `name` attribute without the generation: `8` for `GVTg_V5_8`.
+    pub suffix: &'static str,
+    /// Aperture (low graphics memory) in MiB.
+    pub low_gm_mib: u64,
+    /// Hidden (high graphics memory) in MiB.
+    pub high_gm_mib: u64,
+    /// Fence registers.
+    pub fences: u32,
+    /// Scheduling weight.
+    pub weight: u32,
+    /// Resolution (width, height).
+    pub resolution: (u32, u32),
+}
+
+impl GvtgTypeInfo {
+    /// The type's `description` attribute as kvmgt prints it.
+    pub fn description(&self) -> String {
+        format!(
+            "low_gm_size: {}MB\nhigh_gm_size: {}MB\nfence: {}\nresolution: {}x{}\nweight: {}\n",
+            self.low_gm_mib,
+            self.high_gm_mib,
+            self.fences,
+            self.resolution.0,
+            self.resolution.1,
+            self.weight
+        )
+    }
+}
+
+/// The GVT-g types in the order i915 registers them.
+pub const GVTG_TYPES: &[GvtgTypeInfo] = &[
+    GvtgTypeInfo {
+        suffix: "8",
+        low_gm_mib: 64,
+        high_gm_mib: 384,
+        fences: 4,
+        weight: 2,
+        resolution: (1024, 768),
+    },
+    GvtgTypeInfo {
+        suffix: "4",
+        low_gm_mib: 128,
+        high_gm_mib: 512,
+        fences: 4,
+        weight: 4,
+        resolution: (1920, 1200),
+    },
+    GvtgTypeInfo {
+        suffix: "2",
+        low_gm_mib: 256,
+        high_gm_mib: 1024,
+        fences: 4,
+        weight: 8,
+        resolution: (1920, 1200),
+    },
+    GvtgTypeInfo {
+        suffix: "1",
+        low_gm_mib: 512,
+        high_gm_mib: 2048,
+        fences: 4,
+        weight: 16,
+        resolution: (1920, 1200),
+    },
+];
+
+/// A GVT-g type by its name or type id (`GVTg_V5_4`, `i915-GVTg_V4_2`).
+pub fn gvtg_type_by_name(name: &str) -> Option<&'static GvtgTypeInfo> {
+    let name = name.trim();
+    let name = name.strip_prefix("i915-").unwrap_or(name);
+    let rest = name.strip_prefix("GVTg_V")?;
+    let (_gen, suffix) = rest.split_once('_')?;
+    GVTG_TYPES.iter().find(|t| t.suffix == suffix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_names_are_known_for_the_simulated_boards() {
+        assert_eq!(pci_model_name(0x10de, 0x1eb8), Some("Tesla T4"));
+        assert_eq!(pci_model_name(0x10de, 0x1e30), Some("Quadro RTX 6000/8000"));
+        assert_eq!(pci_model_name(0x8086, 0x3e92), Some("UHD Graphics 630"));
+        assert_eq!(pci_model_name(0x10de, 0xffff), None);
+        assert_eq!(pci_model_name(0x8086, 0x1eb8), None);
+    }
+
+    #[test]
+    fn rtx6000_types_match_a_real_dump() {
+        let t = nvidia_type_by_name("GRID RTX6000-1Q").expect("1Q");
+        assert_eq!(t.id, 256);
+        assert_eq!(
+            t.description(),
+            "num_heads=4, frl_config=60, framebuffer=1024M, max_resolution=5120x2880, max_instance=24\n"
+        );
+        let t = nvidia_type_by_id(259).expect("259");
+        assert_eq!(t.name, "GRID RTX6000-4Q");
+        assert_eq!((t.framebuffer_mib, t.max_instances), (4096, 6));
+        assert_eq!(t.max_resolution, (7680, 4320));
+        let b = nvidia_type_by_name("rtx6000-2b").expect("2B");
+        assert_eq!((b.id, b.heads, b.frl, b.max_instances), (436, 4, 45, 12));
+        let a = nvidia_type_by_id(444).expect("24A");
+        assert_eq!(
+            (a.heads, a.max_resolution, a.max_instances),
+            (1, (1280, 1024), 1)
+        );
+        let c = nvidia_type_by_id(347).expect("24C");
+        assert_eq!(
+            (c.series(), c.framebuffer_mib, c.max_instances),
+            ('C', 24576, 1)
+        );
+        assert_eq!(nvidia_board_types("RTX6000").len(), 23);
+    }
+
+    #[test]
+    fn ampere_counts_follow_the_tables() {
+        // §5.2: A40-1B 32, 2B 24, 1Q 32, 48Q 1; §5.4 A100D-4C 20.
+        let max = |n: &str| nvidia_type_by_name(n).map(|t| t.max_instances);
+        assert_eq!(max("NVIDIA A40-1B"), Some(32));
+        assert_eq!(max("NVIDIA A40-2B"), Some(24));
+        assert_eq!(max("NVIDIA A40-1Q"), Some(32));
+        assert_eq!(max("NVIDIA A40-48Q"), Some(1));
+        assert_eq!(max("NVIDIA A16-1B"), Some(16));
+        assert_eq!(max("NVIDIA A100D-4C"), Some(20));
+        assert_eq!(max("NVIDIA A100D-10C"), Some(8));
+        assert_eq!(max("NVIDIA L40S-3B"), Some(16));
+        assert_eq!(max("GRID T4-16Q"), Some(1));
+        assert_eq!(
+            nvidia_type_by_id(558).map(|t| t.name),
+            Some("NVIDIA A40-2Q")
+        );
+    }
+
+    #[test]
+    fn ids_are_unique() {
+        let mut ids: Vec<u32> = nvidia_types().iter().map(|t| t.id).collect();
+        let n = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), n);
+        assert!(n > 100);
+    }
+
+    #[test]
+    fn gvtg_types_print_like_kvmgt() {
+        let t = gvtg_type_by_name("i915-GVTg_V5_4").expect("V5_4");
+        assert_eq!(
+            t.description(),
+            "low_gm_size: 128MB\nhigh_gm_size: 512MB\nfence: 4\nresolution: 1920x1200\nweight: 4\n"
+        );
+        assert_eq!(gvtg_type_by_name("GVTg_V5_8").map(|t| t.weight), Some(2));
+        assert!(gvtg_type_by_name("GVTg_V5_3").is_none());
+    }
 }

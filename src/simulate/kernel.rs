@@ -1,0 +1,254 @@
+//! The simulated kernel side of mdev: `create` and `remove` (drivers/vfio/mdev/mdev_sysfs.c,
+//! mdev_core.c) with the vendor drivers' effects, applied to the tree.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+use super::fsx::{self, errno};
+use super::rules::{self, Change, Vendor};
+use crate::model::normalize_uuid;
+
+/// The kernel's `UUID_STRING_LEN`.
+const UUID_STRING_LEN: usize = 36;
+
+/// Where the simulated host keeps its trees: the canonical root, its `sys`, and its `dev`.
+pub(crate) struct Roots {
+    pub(crate) sys: PathBuf,
+    pub(crate) dev: PathBuf,
+}
+
+/// `create_store`: exactly 36 or 37 bytes (the kernel ignores what the 37th byte is, normally
+/// a newline), a valid UUID, unique on the system, and capacity on the type.
+pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<()> {
+    let bytes = value.as_bytes();
+    if bytes.len() != UUID_STRING_LEN && bytes.len() != UUID_STRING_LEN + 1 {
+        return Err(errno(Errno::EINVAL));
+    }
+    let text = std::str::from_utf8(&bytes[..UUID_STRING_LEN]).map_err(|_| errno(Errno::EINVAL))?;
+    let uuid = normalize_uuid(text).ok_or_else(|| errno(Errno::EINVAL))?;
+
+    let type_id = name_of(type_dir)?;
+    let parent = type_dir
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| errno(Errno::EINVAL))?
+        .to_path_buf();
+    let bus_link = roots.sys.join("bus/mdev/devices").join(&uuid);
+    let dev_dir = parent.join(&uuid);
+    if fsx::exists_nofollow(&bus_link) || fsx::exists_nofollow(&dev_dir) {
+        return Err(errno(Errno::EEXIST));
+    }
+    let vendor = Vendor::of(&parent)?;
+    if rules::available(&parent, &vendor, &type_id)? == 0 {
+        return Err(errno(vendor.no_capacity()));
+    }
+
+    match build(roots, &parent, type_dir, &type_id, &uuid, &vendor) {
+        Ok(()) => rules::refresh(&parent, &vendor, Change::Created),
+        Err(e) => {
+            // Undo whatever was made; the error that stopped the create is what counts.
+            let _ = teardown(roots, &dev_dir);
+            Err(e)
+        }
+    }
+}
+
+/// Makes the device: its directory and links, then the entries that publish it elsewhere.
+fn build(
+    roots: &Roots,
+    parent: &Path,
+    type_dir: &Path,
+    type_id: &str,
+    uuid: &str,
+    vendor: &Vendor,
+) -> io::Result<()> {
+    let sys = &roots.sys;
+    let group = free_group(&sys.join("kernel/iommu_groups"))?;
+    let group_dir = sys.join("kernel/iommu_groups").join(group.to_string());
+    let driver = vendor.mdev_driver();
+    let driver_dir = sys.join("bus/mdev/drivers").join(driver);
+    let dev_dir = parent.join(uuid);
+
+    fs::create_dir(&dev_dir)?;
+    fsx::write_atomic(&dev_dir.join("remove"), "", 0o200)?;
+    fsx::write_atomic(
+        &dev_dir.join("uevent"),
+        &format!("DRIVER={driver}\nMDEV_TYPE={type_id}\n"),
+        0o644,
+    )?;
+    fsx::symlink_exact(
+        &dev_dir.join("mdev_type"),
+        &Path::new("../mdev_supported_types").join(type_id),
+    )?;
+    fsx::symlink_rel(&dev_dir.join("iommu_group"), &group_dir)?;
+    fsx::symlink_rel(&dev_dir.join("driver"), &driver_dir)?;
+    fsx::symlink_rel(&dev_dir.join("subsystem"), &sys.join("bus/mdev"))?;
+    vendor_attributes(parent, &dev_dir, uuid, vendor)?;
+
+    fs::create_dir_all(group_dir.join("devices"))?;
+    fsx::symlink_rel(&group_dir.join("devices").join(uuid), &dev_dir)?;
+    fs::create_dir_all(&roots.dev)?;
+    fsx::write_atomic(&roots.dev.join(group.to_string()), "", 0o600)?;
+    fs::create_dir_all(&driver_dir)?;
+    fsx::symlink_rel(&driver_dir.join(uuid), &dev_dir)?;
+    fs::create_dir_all(type_dir.join("devices"))?;
+    fsx::symlink_exact(
+        &type_dir.join("devices").join(uuid),
+        &Path::new("../../..").join(uuid),
+    )?;
+    let bus_devices = sys.join("bus/mdev/devices");
+    fs::create_dir_all(&bus_devices)?;
+    fsx::symlink_rel(&bus_devices.join(uuid), &dev_dir)
+}
+
+/// The vendor attribute groups of a new device: NVIDIA `nvidia/vgpu_params`, GVT-g
+/// `intel_vgpu/vgpu_id` (lowest free id from 1, as GVT's idr), mtty `vendor/sample_mdev_dev`.
+fn vendor_attributes(parent: &Path, dev_dir: &Path, uuid: &str, vendor: &Vendor) -> io::Result<()> {
+    match vendor {
+        Vendor::Nvidia => {
+            fs::create_dir(dev_dir.join("nvidia"))?;
+            fsx::write_atomic(&dev_dir.join("nvidia/vgpu_params"), "", 0o644)
+        }
+        Vendor::Gvtg => {
+            let mut used = BTreeSet::new();
+            for child in fsx::list(parent)? {
+                let id = fsx::read_opt(&parent.join(&child).join("intel_vgpu/vgpu_id"));
+                if let Some(n) = id.and_then(|s| s.trim().parse::<u32>().ok()) {
+                    used.insert(n);
+                }
+            }
+            let id = (1..).find(|n| !used.contains(n)).unwrap_or(1);
+            fs::create_dir(dev_dir.join("intel_vgpu"))?;
+            fsx::write_atomic(
+                &dev_dir.join("intel_vgpu/vgpu_id"),
+                &format!("{id}\n"),
+                0o444,
+            )
+        }
+        Vendor::Mtty => {
+            fs::create_dir(dev_dir.join("vendor"))?;
+            fsx::write_atomic(
+                &dev_dir.join("vendor/sample_mdev_dev"),
+                &format!("This is MDEV {uuid}\n"),
+                0o444,
+            )
+        }
+        Vendor::Other(_) => Ok(()),
+    }
+}
+
+/// The lowest unused IOMMU group number (the kernel allocates groups with an IDA).
+fn free_group(groups: &Path) -> io::Result<u32> {
+    let used: BTreeSet<u32> = fsx::list(groups)?
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    (0..=u32::MAX)
+        .find(|n| !used.contains(n))
+        .ok_or_else(|| errno(Errno::ENOSPC))
+}
+
+/// `remove_store`: `kstrtoul(buf, 0)`; 0 does nothing, any other number removes the device.
+pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<()> {
+    if kstrtoul(value)? == 0 {
+        return Ok(());
+    }
+    let parent = dev_dir.parent().ok_or_else(|| errno(Errno::EINVAL))?;
+    let vendor = Vendor::of(parent)?;
+    teardown(roots, dev_dir)?;
+    rules::refresh(parent, &vendor, Change::Removed)
+}
+
+/// Undoes everything [`build`] made, reading what to undo from the device's own links.
+/// Missing pieces are skipped, so this also cleans up after a half-made device.
+fn teardown(roots: &Roots, dev_dir: &Path) -> io::Result<()> {
+    let sys = &roots.sys;
+    let uuid = name_of(dev_dir)?;
+    let parent = dev_dir.parent().ok_or_else(|| errno(Errno::EINVAL))?;
+    let type_id = fsx::link_basename(&dev_dir.join("mdev_type"));
+    let group = fsx::link_basename(&dev_dir.join("iommu_group"));
+    let driver = fsx::link_basename(&dev_dir.join("driver"));
+
+    fsx::remove_quiet(&sys.join("bus/mdev/devices").join(&uuid))?;
+    if let Some(t) = type_id {
+        fsx::remove_quiet(
+            &parent
+                .join("mdev_supported_types")
+                .join(t)
+                .join("devices")
+                .join(&uuid),
+        )?;
+    }
+    if let Some(d) = driver {
+        fsx::remove_quiet(&sys.join("bus/mdev/drivers").join(d).join(&uuid))?;
+    }
+    if let Some(g) = group {
+        let group_dir = sys.join("kernel/iommu_groups").join(&g);
+        fsx::remove_quiet(&group_dir.join("devices").join(&uuid))?;
+        if fsx::list(&group_dir.join("devices"))?.is_empty() {
+            // The group dies with its last device, and so does its vfio node.
+            fsx::remove_dir_quiet(&group_dir)?;
+            fsx::remove_quiet(&roots.dev.join(&g))?;
+        }
+    }
+    fsx::remove_dir_quiet(dev_dir)
+}
+
+fn name_of(path: &Path) -> io::Result<String> {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| errno(Errno::EINVAL))
+}
+
+/// The kernel's `kstrtoul(s, 0)`: optional `+`, base from the prefix (`0x` hex, `0` octal,
+/// else decimal), one trailing newline allowed; `EINVAL` for anything else, `ERANGE` on
+/// overflow.
+pub(crate) fn kstrtoul(s: &str) -> io::Result<u64> {
+    let s = s.strip_suffix('\n').unwrap_or(s);
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let b = s.as_bytes();
+    let (radix, digits) =
+        if b.len() > 2 && b[0] == b'0' && (b[1] | 0x20) == b'x' && b[2].is_ascii_hexdigit() {
+            (16, &s[2..])
+        } else if b.first() == Some(&b'0') {
+            (8, s)
+        } else {
+            (10, s)
+        };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(errno(Errno::EINVAL));
+    }
+    u64::from_str_radix(digits, radix).map_err(|_| errno(Errno::ERANGE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kstrtoul_parses_like_the_kernel() {
+        let ok = |s: &str| kstrtoul(s).expect(s);
+        let err = |s: &str| kstrtoul(s).expect_err(s).raw_os_error();
+        assert_eq!(ok("1"), 1);
+        assert_eq!(ok("1\n"), 1);
+        assert_eq!(ok("0"), 0);
+        assert_eq!(ok("0x10"), 16);
+        assert_eq!(ok("010"), 8);
+        assert_eq!(ok("+3"), 3);
+        assert_eq!(err(""), Some(libc_einval()));
+        assert_eq!(err("yes"), Some(libc_einval()));
+        assert_eq!(err("1\n\n"), Some(libc_einval()));
+        assert_eq!(err(" 1"), Some(libc_einval()));
+        assert_eq!(err("-1"), Some(libc_einval()));
+        assert_eq!(err("09"), Some(libc_einval()));
+        assert_eq!(err("99999999999999999999999"), Some(Errno::ERANGE as i32));
+    }
+
+    fn libc_einval() -> i32 {
+        Errno::EINVAL as i32
+    }
+}

@@ -1,0 +1,91 @@
+//! Profiles: realistic sysfs trees of hosts with mdev-capable GPUs, laid out as the kernel lays
+//! them out (PCI hierarchy, bus and class links, IOMMU groups, mdev parents).
+//!
+//! Profiles use disjoint PCI addresses and IOMMU group numbers, so several can be written into
+//! the same root; writing one twice is harmless. Every profile also writes the common platform
+//! (host bridge, a root port, a dual-port NIC, the bus and driver directories, and the `etc/`,
+//! `run/`, `var/lib/vgpud`, `dev/vfio` directories).
+
+mod intel;
+mod mtty;
+mod nvidia;
+mod platform;
+mod tree;
+
+use std::path::Path;
+
+use super::SimError;
+
+/// The profiles: name and one-line description.
+const PROFILES: &[(&str, &str)] = &[
+    (
+        "nvidia-turing",
+        "two Quadro RTX 6000 (24 GB, Turing) legacy-mdev GPUs on NUMA nodes 0 and 1",
+    ),
+    (
+        "intel-gvtg",
+        "an Intel UHD Graphics 630 iGPU at 0000:00:02.0 with GVT-g and a 256 MB aperture",
+    ),
+    (
+        "mtty",
+        "the kernel's mtty sample mdev parent (24 serial ports)",
+    ),
+    ("mixed", "nvidia-turing, intel-gvtg and mtty on one host"),
+    (
+        "large",
+        "sixteen Tesla T4 (16 GB, Turing) behind four PCIe switches on two NUMA nodes",
+    ),
+];
+
+const NAMES: &[&str] = &["nvidia-turing", "intel-gvtg", "mtty", "mixed", "large"];
+
+/// The profiles there are, with a one-line description each.
+pub fn profiles() -> &'static [(&'static str, &'static str)] {
+    PROFILES
+}
+
+/// The names of the profiles there are.
+pub fn profile_names() -> &'static [&'static str] {
+    NAMES
+}
+
+/// Writes profile `name` into `root` (created if missing), next to whatever is there.
+pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
+    if !NAMES.contains(&name) {
+        return Err(SimError::UnknownProfile {
+            name: name.to_string(),
+            known: NAMES.join(", "),
+        });
+    }
+    let tree = tree::Tree::new(root)?;
+    platform::write(&tree)?;
+    match name {
+        "nvidia-turing" => nvidia::turing(&tree),
+        "intel-gvtg" => intel::gvtg(&tree),
+        "mtty" => mtty::write(&tree),
+        "mixed" => {
+            nvidia::turing(&tree)?;
+            intel::gvtg(&tree)?;
+            mtty::write(&tree)
+        }
+        _ => nvidia::large(&tree),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_descriptions_agree() {
+        let from_table: Vec<&str> = profiles().iter().map(|(n, _)| *n).collect();
+        assert_eq!(from_table, profile_names());
+    }
+
+    #[test]
+    fn unknown_profiles_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = write_profile("nope", dir.path()).expect_err("unknown");
+        assert!(err.to_string().contains("nvidia-turing"));
+    }
+}

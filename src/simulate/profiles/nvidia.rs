@@ -1,0 +1,176 @@
+//! NVIDIA legacy-mdev hosts (Turing: the mdev parent is the physical function).
+//!
+//! `nvidia-turing`: two Quadro RTX 6000 (10de:1e30, subsystem 10de:12ba, VGA class), each with
+//! its HD-audio function (10de:10f7, `snd_hda_intel`) in the same IOMMU group:
+//!
+//! | path below sys/devices                        | NUMA | group |
+//! |-----------------------------------------------|------|-------|
+//! | pci0000:3a/0000:3a:00.0 (root port)           | 0    | 10    |
+//! | pci0000:3a/0000:3a:00.0/0000:3b:00.0 (GPU)    | 0    | 11    |
+//! | pci0000:3a/0000:3a:00.0/0000:3b:00.1 (audio)  | 0    | 11    |
+//! | pci0000:d7/0000:d7:00.0 (root port)           | 1    | 12    |
+//! | pci0000:d7/0000:d7:00.0/0000:d8:00.0 (GPU)    | 1    | 13    |
+//! | pci0000:d7/0000:d7:00.0/0000:d8:00.1 (audio)  | 1    | 13    |
+//!
+//! Each GPU offers the 23 RTX6000 types of the catalog (`nvidia-256` … `nvidia-444`).
+//!
+//! `large`: sixteen Tesla T4 (10de:1eb8, subsystem 10de:12a2, 3D class) behind four PLX
+//! PEX 8747 switches (10b5:8747). Complex k (root bus R = 0x17, 0x5d on NUMA 0; 0x85, 0xae on
+//! NUMA 1) is `pciDDDD:R/R:00.0` (root port) → `R+1:00.0` (switch upstream port) →
+//! `R+2:08.0 … R+2:0b.0` (downstream ports) → GPUs `R+3:00.0 … R+6:00.0`; its IOMMU groups are
+//! 20+10k (root port), 21+10k (upstream), 22+10k … 25+10k (downstream), 26+10k … 29+10k (GPUs).
+
+use super::platform::root_port;
+use super::tree::{
+    write_mdev_parent, write_pci, write_root_complex, Bar, PciFn, Tree, TypeSpec, IO, MEM32,
+    MEM64_PREF,
+};
+use crate::catalog;
+use crate::model::VENDOR_NVIDIA;
+use crate::simulate::SimError;
+
+/// The NVIDIA mdev driver (`sys/bus/mdev/drivers/nvidia-vgpu-vfio`).
+const MDEV_DRIVER: &str = "nvidia-vgpu-vfio";
+
+/// The mdev types of a board from the catalog: `nvidia-<id>` with name and description.
+fn board_types(board: &str) -> Vec<TypeSpec> {
+    catalog::nvidia_board_types(board)
+        .into_iter()
+        .map(|t| TypeSpec {
+            id: format!("nvidia-{}", t.id),
+            name: t.name.to_string(),
+            description: Some(t.description()),
+        })
+        .collect()
+}
+
+/// BARs of a Turing GPU on bus `bus`: 16 MiB registers, 256 MiB BAR1, 32 MiB BAR3, and with
+/// `io` an I/O BAR.
+fn turing_bars(bus: u8, io: bool) -> Vec<Bar> {
+    let b = u64::from(bus);
+    let mut bars = vec![
+        Bar {
+            index: 0,
+            start: 0x9000_0000 + (b % 0x60) * 0x0100_0000,
+            size: 16 << 20,
+            flags: MEM32,
+        },
+        Bar {
+            index: 1,
+            start: 0x3c00_0000_0000 + b * 0x1_0000_0000,
+            size: 256 << 20,
+            flags: MEM64_PREF,
+        },
+        Bar {
+            index: 3,
+            start: 0x3c00_1000_0000 + b * 0x1_0000_0000,
+            size: 32 << 20,
+            flags: MEM64_PREF,
+        },
+    ];
+    if io {
+        bars.push(Bar {
+            index: 5,
+            start: 0x1000 * (b % 0x10 + 1),
+            size: 0x80,
+            flags: IO,
+        });
+    }
+    bars
+}
+
+/// Writes `nvidia-turing`.
+pub(super) fn turing(tree: &Tree) -> Result<(), SimError> {
+    let types = board_types("RTX6000");
+    for (root_bus, numa, group) in [(0x3a_u8, 0, 10_u32), (0xd7, 1, 12)] {
+        let gpu_bus = root_bus + 1;
+        write_root_complex(tree, 0, root_bus)?;
+        let port_path = format!("pci0000:{root_bus:02x}/0000:{root_bus:02x}:00.0");
+        write_pci(tree, &root_port(&port_path, gpu_bus, group, numa))?;
+        let gpu = PciFn {
+            path: format!("{port_path}/0000:{gpu_bus:02x}:00.0"),
+            vendor: VENDOR_NVIDIA,
+            device: 0x1e30,
+            subsystem: (VENDOR_NVIDIA, 0x12ba),
+            class: 0x030000,
+            revision: 0xa1,
+            numa_node: numa,
+            driver: Some("nvidia"),
+            iommu_group: Some(group + 1),
+            bars: turing_bars(gpu_bus, true),
+            secondary_bus: None,
+        };
+        let rel = write_pci(tree, &gpu)?;
+        let audio = PciFn {
+            path: format!("{port_path}/0000:{gpu_bus:02x}:00.1"),
+            device: 0x10f7,
+            class: 0x040300,
+            driver: Some("snd_hda_intel"),
+            bars: vec![Bar {
+                index: 0,
+                start: 0x8000_0000 + u64::from(gpu_bus) * 0x4000,
+                size: 0x4000,
+                flags: MEM32,
+            }],
+            ..gpu.clone()
+        };
+        write_pci(tree, &audio)?;
+        write_mdev_parent(tree, &rel, gpu.bdf(), MDEV_DRIVER, &types)?;
+    }
+    Ok(())
+}
+
+/// The PLX PEX 8747 switch port at `path` bridging to `secondary`.
+fn switch_port(path: String, secondary: u8, group: u32, numa_node: i32) -> PciFn {
+    PciFn {
+        path,
+        vendor: 0x10b5,
+        device: 0x8747,
+        subsystem: (0x10b5, 0x8747),
+        class: 0x060400,
+        revision: 0xca,
+        numa_node,
+        driver: Some("pcieport"),
+        iommu_group: Some(group),
+        bars: vec![],
+        secondary_bus: Some(secondary),
+    }
+}
+
+/// Writes `large`.
+pub(super) fn large(tree: &Tree) -> Result<(), SimError> {
+    let types = board_types("T4");
+    let complexes = [(0x17_u8, 0), (0x5d, 0), (0x85, 1), (0xae, 1)];
+    for (k, (r, numa)) in complexes.into_iter().enumerate() {
+        let g = 20 + 10 * u32::try_from(k).unwrap_or(0);
+        write_root_complex(tree, 0, r)?;
+        let port = format!("pci0000:{r:02x}/0000:{r:02x}:00.0");
+        write_pci(tree, &root_port(&port, r + 1, g, numa))?;
+        let up = format!("{port}/0000:{:02x}:00.0", r + 1);
+        write_pci(tree, &switch_port(up.clone(), r + 2, g + 1, numa))?;
+        for i in 0..4u8 {
+            let bus = r + 3 + i;
+            let down = format!("{up}/0000:{:02x}:{:02x}.0", r + 2, 8 + i);
+            write_pci(
+                tree,
+                &switch_port(down.clone(), bus, g + 2 + u32::from(i), numa),
+            )?;
+            let gpu = PciFn {
+                path: format!("{down}/0000:{bus:02x}:00.0"),
+                vendor: VENDOR_NVIDIA,
+                device: 0x1eb8,
+                subsystem: (VENDOR_NVIDIA, 0x12a2),
+                class: 0x030200,
+                revision: 0xa1,
+                numa_node: numa,
+                driver: Some("nvidia"),
+                iommu_group: Some(g + 6 + u32::from(i)),
+                bars: turing_bars(bus, false),
+                secondary_bus: None,
+            };
+            let rel = write_pci(tree, &gpu)?;
+            write_mdev_parent(tree, &rel, gpu.bdf(), MDEV_DRIVER, &types)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! The part every profile shares: top-level directories, the PCI and mdev buses, an IOMMU, the
+//! host bridge and a dual-port 10 GbE NIC behind a root port (a non-GPU device that discovery
+//! must ignore).
+//!
+//! | BDF          | device                          | class    | driver   | group | NUMA |
+//! |--------------|---------------------------------|----------|----------|-------|------|
+//! | 0000:00:00.0 | 8086:2020 host bridge           | 0x060000 | none     | 0     | 0    |
+//! | 0000:00:03.0 | 8086:2030 PCIe root port        | 0x060400 | pcieport | 2     | 0    |
+//! | 0000:02:00.0 | 8086:10fb 82599ES 10 GbE        | 0x020000 | ixgbe    | 3     | 0    |
+//! | 0000:02:00.1 | 8086:10fb 82599ES 10 GbE        | 0x020000 | ixgbe    | 3     | 0    |
+
+use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, IO, MEM64_PREF};
+use crate::simulate::SimError;
+
+/// Intel's PCI vendor id.
+const INTEL: u16 = 0x8086;
+
+pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
+    for d in [
+        "etc",
+        "run",
+        "var/lib/vgpud",
+        "dev/vfio",
+        "sys/bus/pci/devices",
+        "sys/bus/pci/drivers",
+        "sys/bus/mdev/devices",
+        "sys/bus/mdev/drivers",
+        "sys/class/mdev_bus",
+        "sys/kernel/iommu_groups",
+        "sys/devices/virtual/iommu/dmar0",
+    ] {
+        tree.dir(d)?;
+    }
+    tree.link("sys/class/iommu/dmar0", "sys/devices/virtual/iommu/dmar0")?;
+    tree.driver("pci", "vfio-pci")?;
+    write_root_complex(tree, 0, 0)?;
+
+    let host_bridge = PciFn {
+        path: "pci0000:00/0000:00:00.0".into(),
+        vendor: INTEL,
+        device: 0x2020,
+        subsystem: (INTEL, 0x0000),
+        class: 0x060000,
+        revision: 0x04,
+        numa_node: 0,
+        driver: None,
+        iommu_group: Some(0),
+        bars: vec![],
+        secondary_bus: None,
+    };
+    write_pci(tree, &host_bridge)?;
+    let port = root_port("pci0000:00/0000:00:03.0", 0x02, 2, 0);
+    write_pci(tree, &port)?;
+    for func in 0..2u64 {
+        let nic = PciFn {
+            path: format!("pci0000:00/0000:00:03.0/0000:02:00.{func}"),
+            vendor: INTEL,
+            device: 0x10fb,
+            subsystem: (INTEL, 0x000c),
+            class: 0x020000,
+            revision: 0x01,
+            numa_node: 0,
+            driver: Some("ixgbe"),
+            iommu_group: Some(3),
+            bars: vec![
+                Bar {
+                    index: 0,
+                    start: 0x3800_0000_0000 + func * 0x80_0000,
+                    size: 0x40_0000,
+                    flags: MEM64_PREF,
+                },
+                Bar {
+                    index: 2,
+                    start: 0xe000 + func * 0x20,
+                    size: 0x20,
+                    flags: IO,
+                },
+                Bar {
+                    index: 4,
+                    start: 0x3800_0040_0000 + func * 0x80_0000,
+                    size: 0x4000,
+                    flags: MEM64_PREF,
+                },
+            ],
+            secondary_bus: None,
+        };
+        write_pci(tree, &nic)?;
+    }
+    Ok(())
+}
+
+/// An Intel PCIe root port (8086:2030, driver `pcieport`) at `path` bridging to `secondary`.
+pub(super) fn root_port(path: &str, secondary: u8, group: u32, numa_node: i32) -> PciFn {
+    PciFn {
+        path: path.to_string(),
+        vendor: INTEL,
+        device: 0x2030,
+        subsystem: (INTEL, 0x0000),
+        class: 0x060400,
+        revision: 0x04,
+        numa_node,
+        driver: Some("pcieport"),
+        iommu_group: Some(group),
+        bars: vec![],
+        secondary_bus: Some(secondary),
+    }
+}
