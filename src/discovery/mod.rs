@@ -284,3 +284,95 @@ fn read_attributes(host: &Host, dev_dir: &Path) -> HostResult<BTreeMap<String, S
     }
     Ok(attrs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate;
+
+    fn host(profiles: &[&str]) -> (tempfile::TempDir, Host) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for p in profiles {
+            simulate::write_profile(p, dir.path()).expect("profile");
+        }
+        let host = Host::new(dir.path());
+        (dir, host)
+    }
+
+    #[test]
+    fn gpus_are_display_devices_and_mdev_parents_only() {
+        let (_d, h) = host(&["mixed"]);
+        let gpus = scan_gpus(&h).expect("scan");
+        let names: Vec<&str> = gpus.iter().map(|(g, _)| g.address.as_str()).collect();
+        assert_eq!(gpus.len(), 4, "{names:?}");
+        for (g, loc) in &gpus {
+            assert!(loc.is_mdev_parent, "{}", g.address);
+            assert_eq!(g.sharing_modes, vec![SharingMode::Mdev]);
+            if g.address != "mtty" {
+                assert_eq!(g.class >> 16, 0x03, "{}", g.address);
+                assert!(g.iommu_group.is_some(), "{}", g.address);
+                assert!(g.numa_node.is_some() || g.vendor_id == crate::model::VENDOR_INTEL);
+                assert!(!g.model.starts_with("PCI device"), "{}", g.model);
+            }
+        }
+        let nvidia: Vec<_> = gpus.iter().filter(|(g, _)| g.driver == "nvidia").collect();
+        assert_eq!(nvidia.len(), 2);
+        let ty = nvidia[0]
+            .0
+            .types
+            .iter()
+            .find(|t| t.short_name() == "RTX6000-4Q")
+            .expect("4Q");
+        assert_eq!(ty.framebuffer_bytes(), 4 << 30);
+        assert_eq!(ty.max_instances(), 6);
+        assert_eq!(ty.available_instances, 6);
+        assert_eq!(ty.device_api, "vfio-pci");
+    }
+
+    #[test]
+    fn a_gpu_without_mdev_support_is_listed_without_types() {
+        let (_d, h) = host(&["nvidia-turing"]);
+        let (gpu, loc) = scan_gpus(&h)
+            .expect("scan")
+            .into_iter()
+            .find(|(g, _)| g.driver == "nvidia")
+            .expect("gpu");
+        std::fs::remove_dir_all(loc.dir.join("mdev_supported_types")).expect("strip");
+        let again = scan_gpus(&h).expect("scan");
+        let same = again
+            .iter()
+            .find(|(g, _)| g.address == gpu.address)
+            .expect("still a GPU: class 0x03");
+        assert!(same.0.types.is_empty());
+        assert!(same.0.sharing_modes.is_empty());
+    }
+
+    #[test]
+    fn devices_are_read_with_parent_type_group_and_attributes() {
+        let (d, _) = host(&["mtty"]);
+        let h = Host::simulated(d.path());
+        let uuid = "0c0c0c0c-0000-4000-8000-000000000001";
+        h.write_attr(
+            &mdev_type_dir(&h, "mtty", "mtty-2").join("create"),
+            &uuid.to_uppercase(),
+        )
+        .expect("create");
+        let devs = scan_devices(&h).expect("scan");
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].uuid, uuid);
+        assert_eq!(devs[0].parent, "mtty");
+        assert_eq!(devs[0].type_id, "mtty-2");
+        assert!(devs[0].iommu_group.is_some());
+        assert!(devs[0].attributes.keys().all(|k| k.starts_with("vendor/")));
+        assert_eq!(read_device(&h, "not-a-uuid").expect("read"), None);
+        // A dangling entry counts as not there, as for mdevctl.
+        std::fs::remove_file(
+            d.path()
+                .join("sys/bus/mdev/devices")
+                .join(uuid)
+                .join("mdev_type"),
+        )
+        .expect("break link");
+        assert!(scan_devices(&h).expect("scan").is_empty());
+    }
+}

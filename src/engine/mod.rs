@@ -10,6 +10,8 @@
 
 mod error;
 mod request;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

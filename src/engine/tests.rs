@@ -1,0 +1,237 @@
+//! Engine tests on simulated trees: placement order, locking, rollback and adoption.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::simulate;
+
+fn engine(profiles: &[&str]) -> (tempfile::TempDir, Arc<Engine>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for p in profiles {
+        simulate::write_profile(p, dir.path()).expect("profile");
+    }
+    let engine = Engine::new(Host::simulated(dir.path())).expect("engine");
+    (dir, Arc::new(engine))
+}
+
+fn req(type_query: &str) -> CreateRequest {
+    CreateRequest {
+        type_query: type_query.into(),
+        ..CreateRequest::default()
+    }
+}
+
+fn nvidia_gpus(e: &Engine) -> Vec<String> {
+    e.list_gpus()
+        .into_iter()
+        .filter(|g| g.driver == "nvidia")
+        .map(|g| g.address)
+        .collect()
+}
+
+#[test]
+fn a_type_resolves_by_id_name_and_short_name() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let a = e.create_device(&req("RTX6000-2Q")).expect("short name");
+    let b = e.create_device(&req("grid rtx6000-2q")).expect("name");
+    let c = e
+        .create_device(&req(&a.type_id.to_uppercase()))
+        .expect("id");
+    assert_eq!(a.type_id, b.type_id);
+    assert_eq!(a.type_id, c.type_id);
+}
+
+#[test]
+fn creates_pack_onto_the_gpu_running_the_type() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let gpus = nvidia_gpus(&e);
+    let mut second = req("RTX6000-8Q");
+    second.parent = Some(gpus[1].clone());
+    let pinned = e.create_device(&second).expect("pinned on the second GPU");
+    let next = e.create_device(&req("RTX6000-8Q")).expect("unpinned");
+    assert_eq!(next.parent, pinned.parent, "goes where 8Q already runs");
+    assert_eq!(next.parent, gpus[1]);
+    // The third 8Q fills that GPU; the fourth moves to the other one.
+    e.create_device(&req("RTX6000-8Q")).expect("third");
+    let fourth = e.create_device(&req("RTX6000-8Q")).expect("fourth");
+    assert_eq!(fourth.parent, gpus[0]);
+}
+
+#[test]
+fn no_capacity_lists_every_gpu_considered() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    for _ in 0..2 {
+        e.create_device(&req("RTX6000-24Q")).expect("a whole GPU");
+    }
+    match e.create_device(&req("RTX6000-1Q")) {
+        Err(EngineError::NoCapacity { refusals, .. }) => {
+            assert_eq!(refusals.len(), 2);
+            for r in &refusals {
+                assert!(r.reason.contains("RTX6000-24Q"), "{r:?}");
+            }
+        }
+        other => panic!("expected NoCapacity, got {other:?}"),
+    }
+}
+
+#[test]
+fn params_reach_vgpu_params_and_are_refused_for_other_vendors() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let mut r = req("RTX6000-4Q");
+    r.params = Some("frame_rate_limiter=0".into());
+    let ok = e.create_device(&r).expect("params accepted");
+    assert_eq!(
+        ok.attributes.get("nvidia/vgpu_params").map(String::as_str),
+        Some("frame_rate_limiter=0")
+    );
+
+    let (d, e) = engine(&["mtty"]);
+    let before = tree_listing(d.path());
+    let mut bad = req("mtty-1");
+    bad.params = Some("x=1".into());
+    assert!(matches!(
+        e.create_device(&bad),
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert_eq!(tree_listing(d.path()), before, "nothing was written");
+}
+
+fn tree_listing(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                out.push(p.display().to_string());
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_gpu_lock_holds_back_only_its_own_gpu() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let gpus = nvidia_gpus(&e);
+    let held = e.gpus().get(&gpus[0]).map(|g| g.lock.clone()).expect("gpu");
+    let guard = lock(&held);
+
+    let (tx, rx) = mpsc::channel();
+    for gpu in &gpus {
+        let e = e.clone();
+        let tx = tx.clone();
+        let gpu = gpu.clone();
+        std::thread::spawn(move || {
+            let mut r = req("RTX6000-4Q");
+            r.parent = Some(gpu.clone());
+            let result = e.create_device(&r).map(|d| d.parent);
+            let _ = tx.send((gpu, result));
+        });
+    }
+    // The call on the other GPU finishes while the first GPU is locked...
+    let (gpu, result) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("one call done");
+    assert_eq!(gpu, gpus[1]);
+    assert_eq!(result.expect("created").as_str(), gpus[1]);
+    // ...and the call on the locked GPU waits for the lock.
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    drop(guard);
+    let (gpu, result) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("second done");
+    assert_eq!(gpu, gpus[0]);
+    assert!(result.is_ok());
+}
+
+#[test]
+fn many_threads_never_over_commit() {
+    let (d, e) = engine(&["nvidia-turing"]);
+    let handles: Vec<_> = (0..32)
+        .map(|_| {
+            let e = e.clone();
+            std::thread::spawn(move || e.create_device(&req("RTX6000-3Q")).is_ok())
+        })
+        .collect();
+    let ok = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or(false))
+        .filter(|created| *created)
+        .count();
+    assert_eq!(ok, 16, "two GPUs of eight 3Q");
+    let on_disk = std::fs::read_dir(d.path().join("sys/bus/mdev/devices"))
+        .expect("dir")
+        .count();
+    assert_eq!(on_disk, 16);
+    assert_eq!(e.list_devices().len(), 16);
+}
+
+#[test]
+fn the_same_uuid_twice_at_once_is_refused_cleanly() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let uuid = "a1b2c3d4-0000-4000-8000-000000000042".to_string();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let e = e.clone();
+            let uuid = uuid.clone();
+            std::thread::spawn(move || {
+                let mut r = req("RTX6000-1Q");
+                r.uuid = Some(uuid);
+                e.create_device(&r)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect();
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    for r in results.iter().filter(|r| r.is_err()) {
+        assert!(
+            matches!(r, Err(EngineError::Exists(_) | EngineError::Busy(_))),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn devices_of_other_tools_are_adopted_and_forgotten() {
+    let (d, e) = engine(&["mtty"]);
+    let host = Host::simulated(d.path());
+    let uuid = "0b0b0b0b-0000-4000-8000-000000000001";
+    let create = host.sys("class/mdev_bus/mtty/mdev_supported_types/mtty-1/create");
+    host.write_attr(&create, uuid).expect("external create");
+    let changes = e.refresh_devices().expect("refresh");
+    assert_eq!(changes.added.len(), 1);
+    assert_eq!(changes.added[0].uuid, uuid);
+    assert_eq!(changes.added[0].owner, "");
+    assert!(e.refresh_devices().expect("again").added.is_empty());
+    host.write_attr(&host.sys(&format!("bus/mdev/devices/{uuid}/remove")), "1")
+        .expect("external remove");
+    let changes = e.refresh_devices().expect("refresh");
+    assert_eq!(changes.removed.len(), 1);
+    assert!(e.device(uuid).is_none());
+}
+
+#[test]
+fn owners_survive_a_refresh() {
+    let (_d, e) = engine(&["mtty"]);
+    let mut r = req("mtty-2");
+    r.owner = "vm-a".into();
+    let dev = e.create_device(&r).expect("create");
+    e.refresh_devices().expect("refresh");
+    assert_eq!(e.device(&dev.uuid).expect("known").owner, "vm-a");
+    let removed = e.remove_device(&dev.uuid.to_uppercase()).expect("remove");
+    assert_eq!(removed.owner, "vm-a");
+    assert!(matches!(
+        e.remove_device(&dev.uuid),
+        Err(EngineError::NotFound(_))
+    ));
+}
