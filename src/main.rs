@@ -91,7 +91,7 @@ fn main() -> ExitCode {
 
 fn sim_host(root: &std::path::Path, profiles: &[String], list: bool) -> ExitCode {
     if list || profiles.is_empty() {
-        for (name, about) in vgpud::simulate::profiles().iter().copied() {
+        for (name, about) in vgpud::simulate::profiles() {
             println!("{name:<14} {about}");
         }
         return if list {
