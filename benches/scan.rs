@@ -4,7 +4,8 @@
 //!    next to the latency of `org.freedesktop.DBus.Peer.Ping` to the same process in the same
 //!    run, so the cost of vgpud's own work can be read off the difference.
 //!
-//! Run: `cargo bench --bench scan` (set `VGPUD_BENCH_ROUNDS` for more rounds).
+//! Run: `cargo bench --bench scan` (`VGPUD_BENCH_ROUNDS` sets the rounds, `VGPUD_BENCH_DIR`
+//! where the simulated tree goes; default /dev/shm).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -191,7 +192,17 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
-    let dir = tempfile::tempdir().expect("tempdir");
+    // sysfs lives in memory: the tree goes on tmpfs where there is one, so the figures are
+    // vgpud's and the simulator's, not the disk's (VGPUD_BENCH_DIR overrides).
+    let base = std::env::var("VGPUD_BENCH_DIR").unwrap_or_else(|_| {
+        if Path::new("/dev/shm").is_dir() {
+            "/dev/shm".into()
+        } else {
+            std::env::temp_dir().display().to_string()
+        }
+    });
+    let dir = tempfile::tempdir_in(&base).expect("tempdir");
+    println!("tree in {base}");
     let root = dir.path().join("host");
     vgpud::simulate::write_profile("large", &root).expect("large profile");
     let host = Host::simulated(&root);
@@ -215,6 +226,28 @@ fn main() {
         let remove = host.sys("bus/mdev/devices").join(&dev.uuid).join("remove");
         host.write_attr(&remove, "1").expect("remove");
     }
+
+    println!("\n== engine calls without the bus (median of {rounds})");
+    let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
+    let (mut create, mut remove) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let req = vgpud::engine::CreateRequest {
+            type_query: "T4-1Q".into(),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let dev = engine.create_device(&req).expect("create");
+        create.push(ms(t.elapsed()));
+        let t = Instant::now();
+        engine.remove_device(&dev.uuid).expect("remove");
+        remove.push(ms(t.elapsed()));
+    }
+    println!(
+        "create {:6.3} ms, remove {:6.3} ms (simulated kernel included)",
+        median(&mut create),
+        median(&mut remove)
+    );
+    drop(engine);
 
     println!("\n== D-Bus latency, sequential, through a private dbus-daemon");
     let bus = start_bus(dir.path());
