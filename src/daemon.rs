@@ -49,6 +49,9 @@ pub enum DaemonError {
         /// The bus error.
         source: zbus::Error,
     },
+    /// The root has no `sys` directory: nothing to manage there.
+    #[error("{0} has no sys directory; give --root the root of a host or of a simulated tree (vgpud sim-host)")]
+    NoSysfs(PathBuf),
     /// Signal handling could not be set up.
     #[error("setting up signal handling: {0}")]
     Signals(std::io::Error),
@@ -68,6 +71,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     } else {
         Host::new(&config.root)
     };
+    // Handlers first: a SIGTERM that arrives right after READY must stop vgpud cleanly.
+    let termination = Termination::install()?;
+    if !host.sys("").is_dir() {
+        return Err(DaemonError::NoSysfs(config.root.clone()));
+    }
     let started = std::time::Instant::now();
     let engine = {
         let host = host.clone();
@@ -112,7 +120,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     );
     notify(&[sd_notify::NotifyState::Ready]);
 
-    wait_for_termination().await?;
+    termination.wait().await;
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping");
     Ok(())
@@ -124,13 +132,25 @@ fn notify(states: &[sd_notify::NotifyState<'_>]) {
     }
 }
 
-async fn wait_for_termination() -> Result<(), DaemonError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, caught from start-up on.
+struct Termination {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Termination {
+    fn install() -> Result<Self, DaemonError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Termination {
+            term: signal(SignalKind::terminate()).map_err(DaemonError::Signals)?,
+            int: signal(SignalKind::interrupt()).map_err(DaemonError::Signals)?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

@@ -741,3 +741,61 @@ async fn system_bus_policy_lets_others_read_but_not_change() {
 fn nix_is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
 }
+
+#[tokio::test]
+async fn ready_is_sent_to_systemd_once_the_name_is_owned() {
+    let host = TestHost::new(MIXED);
+    let bus = TestBus::start(Policy::Open);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket_path = dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).expect("bind");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut child = std::process::Command::new(common::daemon::vgpud_bin())
+        .arg("--root")
+        .arg(&host.root)
+        .arg("--simulate")
+        .arg("--bus-address")
+        .arg(&bus.address)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("vgpud");
+    let mut buf = [0u8; 256];
+    let n = socket.recv(&mut buf).expect("a notification arrives");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.contains("READY=1"), "{msg}");
+    // By the time READY arrives, the name is owned and the objects are there.
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("proxy");
+    assert!(!m
+        .list_gpus()
+        .await
+        .expect("ListGpus right after READY")
+        .is_empty());
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let n = socket.recv(&mut buf).expect("STOPPING arrives");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    assert!(
+        child.wait().expect("exit").success(),
+        "clean exit on SIGTERM"
+    );
+}
+
+#[test]
+fn a_root_without_sys_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(common::daemon::vgpud_bin())
+        .arg("--root")
+        .arg(dir.path())
+        .args(["--bus-address", "unix:path=/nonexistent"])
+        .output()
+        .expect("vgpud");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no sys directory"), "{err}");
+}

@@ -115,7 +115,7 @@ impl TestBus {
             .arg(format!("--config-file={}", config_path.display()))
             .args(["--nofork", "--print-address=1"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::null())
             .spawn()
             .expect("dbus-daemon must be installed (apt-get install dbus-daemon)");
         let stdout = child.stdout.take().expect("stdout");
