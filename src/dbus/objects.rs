@@ -15,6 +15,12 @@ pub struct GpuObject {
     pub(super) address: String,
 }
 
+impl GpuObject {
+    fn field<T: Default>(&self, f: impl FnOnce(crate::model::Gpu) -> T) -> T {
+        self.engine.gpu(&self.address).map(f).unwrap_or_default()
+    }
+}
+
 fn opt_i32(v: Option<u32>) -> i32 {
     v.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1)
 }
@@ -30,67 +36,49 @@ impl GpuObject {
     /// Marketing name where known.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn model(&self) -> String {
-        self.engine
-            .gpu(&self.address)
-            .map(|g| g.model)
-            .unwrap_or_default()
+        self.field(|g| g.model)
     }
 
     /// PCI vendor id, 0 for non-PCI parents.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn vendor_id(&self) -> u16 {
-        self.engine
-            .gpu(&self.address)
-            .map(|g| g.vendor_id)
-            .unwrap_or_default()
+        self.field(|g| g.vendor_id)
     }
 
     /// PCI device id, 0 for non-PCI parents.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn device_id(&self) -> u16 {
-        self.engine
-            .gpu(&self.address)
-            .map(|g| g.device_id)
-            .unwrap_or_default()
+        self.field(|g| g.device_id)
     }
 
     /// Bound kernel driver.
     #[zbus(property)]
     async fn driver(&self) -> String {
-        self.engine
-            .gpu(&self.address)
-            .map(|g| g.driver)
-            .unwrap_or_default()
+        self.field(|g| g.driver)
     }
 
     /// IOMMU group, -1 if none.
     #[zbus(property)]
     async fn iommu_group(&self) -> i32 {
-        opt_i32(self.engine.gpu(&self.address).and_then(|g| g.iommu_group))
+        opt_i32(self.field(|g| g.iommu_group))
     }
 
     /// NUMA node, -1 if unknown.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn numa_node(&self) -> i32 {
-        opt_i32(self.engine.gpu(&self.address).and_then(|g| g.numa_node))
+        opt_i32(self.field(|g| g.numa_node))
     }
 
     /// Ways this GPU can be shared (`mdev`).
     #[zbus(property)]
     async fn sharing_modes(&self) -> Vec<String> {
-        self.engine
-            .gpu(&self.address)
-            .map(|g| g.sharing_modes.iter().map(|m| m.to_string()).collect())
-            .unwrap_or_default()
+        self.field(|g| g.sharing_modes.iter().map(|m| m.to_string()).collect())
     }
 
     /// Ids of the device types this GPU offers.
     #[zbus(property)]
     async fn types(&self) -> Vec<String> {
-        self.engine
-            .gpu(&self.address)
-            .map(|g| g.types.into_iter().map(|t| t.id).collect())
-            .unwrap_or_default()
+        self.field(|g| g.types.into_iter().map(|t| t.id).collect())
     }
 
     /// Device objects on this GPU.
