@@ -7,6 +7,7 @@
 //! - [`catalog`]: what vgpud knows about hardware that sysfs does not say;
 //! - [`model`]: GPUs, types and devices;
 //! - [`discovery`]: reads the host into the model;
+//! - [`persist`]: mdevctl definitions, vgpud's own records and the intent journal on disk;
 //! - [`engine`]: the core: inventory, placement, create and remove, no D-Bus in it;
 //! - [`xml`]: libvirt XML rendered from templates;
 //! - [`dbus`]: the thin `org.vgpud1` adapter over the engine;
@@ -19,5 +20,6 @@ pub mod discovery;
 pub mod engine;
 pub mod host;
 pub mod model;
+pub mod persist;
 pub mod simulate;
 pub mod xml;

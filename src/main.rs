@@ -24,6 +24,14 @@ struct Cli {
     /// Serve on the session bus instead of the system bus.
     #[arg(long)]
     session: bool,
+    /// How often vgpud looks at the host for devices changed behind its back and GPUs that
+    /// came or went, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    poll_interval_ms: u64,
+    /// How long the restore at start waits for the parents of persistent devices, in
+    /// seconds.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    restore_timeout_s: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -67,6 +75,8 @@ fn main() -> ExitCode {
                 root: cli.root,
                 simulate: cli.simulate,
                 bus,
+                poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
+                restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

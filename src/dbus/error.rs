@@ -32,7 +32,9 @@ impl From<EngineError> for Error {
             EngineError::InvalidArgument(_) => Error::InvalidArgument(msg),
             EngineError::Exists(_) => Error::Exists(msg),
             EngineError::Busy(_) => Error::Busy(msg),
-            EngineError::Host { .. } | EngineError::Xml { .. } => Error::Failed(msg),
+            EngineError::Host { .. } | EngineError::Persist { .. } | EngineError::Xml { .. } => {
+                Error::Failed(msg)
+            }
         }
     }
 }

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use zbus::object_server::SignalEmitter;
-use zbus::{interface, ObjectPath, ObjectServer, OwnedObjectPath};
+use zbus::{interface, Connection, ObjectPath, ObjectServer, OwnedObjectPath};
 
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
 use super::{export_device, paths, unexport_device};
-use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions};
+use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest};
 
 /// The manager object.
 pub struct Manager {
@@ -27,7 +27,15 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-const CREATE_OPTIONS: &[&str] = &["parent", "uuid", "owner", "params"];
+const CREATE_OPTIONS: &[&str] = &[
+    "parent",
+    "uuid",
+    "owner",
+    "params",
+    "persistent",
+    "autostart",
+];
+const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
 const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb"];
 
 #[interface(name = "org.vgpud1.Manager")]
@@ -63,17 +71,17 @@ impl Manager {
             .collect())
     }
 
-    /// Every device, also those created by other tools: uuid, parent address, type id, owner
-    /// tag, object path.
+    /// Every device, also those created or defined by other tools, active or not: uuid,
+    /// parent address, type id, owner tag, object path. Each Device object says whether it is
+    /// Active, Persistent and Autostart.
     #[zbus(out_args("devices"))]
     async fn list_devices(
         &self,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+        #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
         let engine = self.engine.clone();
-        let changes = blocking(move || engine.refresh_devices()).await?;
-        super::publish_changes(server, &emitter, &self.engine, changes).await?;
+        let changes = blocking(move || engine.poll()).await?;
+        super::publish(conn, &self.engine, changes).await;
         Ok(self
             .engine
             .list_devices()
@@ -87,7 +95,9 @@ impl Manager {
 
     /// Creates a device of `type` (an id, a name, or a name without the vendor prefix, any
     /// case). Options: "parent" (s) pins the GPU, "uuid" (s) asks for a UUID, "owner" (s) a
-    /// free tag, "params" (s) NVIDIA `vgpu_params`.
+    /// free tag, "params" (s) NVIDIA `vgpu_params`, "persistent" (b, default true) keeps an
+    /// mdevctl definition so the device survives reboots, "autostart" (b, default: as
+    /// persistent) starts it whenever its GPU appears.
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
@@ -97,12 +107,15 @@ impl Manager {
         #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<(String, OwnedObjectPath)> {
         let mut opts = OptionReader::new("CreateDevice", options);
+        let persistent = opts.boolean("persistent")?.unwrap_or(true);
         let req = CreateRequest {
             type_query: r#type,
             parent: opts.string("parent")?,
             uuid: opts.string("uuid")?,
             owner: opts.string("owner")?.unwrap_or_default(),
             params: opts.string("params")?,
+            persistent,
+            autostart: opts.boolean("autostart")?.unwrap_or(persistent),
         };
         opts.finish(CREATE_OPTIONS)?;
         let engine = self.engine.clone();
@@ -112,7 +125,8 @@ impl Manager {
         Ok((info.uuid, path))
     }
 
-    /// Removes a device by UUID. No options are defined yet.
+    /// Removes a device by UUID: stops it if active and deletes its definition and record.
+    /// No options are defined yet.
     async fn remove_device(
         &self,
         uuid: String,
@@ -125,6 +139,62 @@ impl Manager {
         let info = blocking(move || engine.remove_device(&uuid)).await?;
         let path = unexport_device(server, &info).await?;
         Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
+        Ok(())
+    }
+
+    /// Changes how a device persists. Options: "persistent" (b) writes or drops its mdevctl
+    /// definition, "autostart" (b) whether it starts whenever its GPU appears.
+    async fn modify_device(
+        &self,
+        uuid: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<()> {
+        let mut opts = OptionReader::new("ModifyDevice", options);
+        let req = ModifyRequest {
+            persistent: opts.boolean("persistent")?,
+            autostart: opts.boolean("autostart")?,
+        };
+        opts.finish(MODIFY_OPTIONS)?;
+        let engine = self.engine.clone();
+        let info = blocking(move || engine.modify_device(&uuid, &req)).await?;
+        super::device_changed(server, &info.uuid).await;
+        Ok(())
+    }
+
+    /// Starts a defined device that is not active, from its definition. No options yet.
+    async fn start_device(
+        &self,
+        uuid: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<()> {
+        OptionReader::new("StartDevice", options).finish(&[])?;
+        let engine = self.engine.clone();
+        let info = blocking(move || engine.start_device(&uuid)).await?;
+        super::device_changed(server, &info.uuid).await;
+        super::gpu_devices_changed(server, &info.parent).await;
+        Ok(())
+    }
+
+    /// Stops an active device and keeps its definition (a device without one is removed).
+    /// No options yet.
+    async fn stop_device(
+        &self,
+        uuid: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<()> {
+        OptionReader::new("StopDevice", options).finish(&[])?;
+        let engine = self.engine.clone();
+        let info = blocking(move || engine.stop_device(&uuid)).await?;
+        if info.persistent {
+            super::device_changed(server, &info.uuid).await;
+        } else {
+            let path = unexport_device(server, &info).await?;
+            Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
+        }
         Ok(())
     }
 
@@ -168,6 +238,16 @@ impl Manager {
         emitter: &SignalEmitter<'_>,
         uuid: &str,
         path: ObjectPath<'_>,
+    ) -> zbus::Result<()>;
+
+    /// Something happened to a device behind vgpud's back: `event` is
+    /// `removed-externally`, `stopped-externally`, `repaired`, `repair-failed` or `adopted`.
+    #[zbus(signal)]
+    pub(super) async fn device_drift(
+        emitter: &SignalEmitter<'_>,
+        uuid: &str,
+        event: &str,
+        detail: &str,
     ) -> zbus::Result<()>;
 
     /// A device was removed (by vgpud, or found gone).

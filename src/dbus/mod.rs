@@ -100,20 +100,73 @@ async fn gpu_devices_changed(server: &ObjectServer, parent: &str) {
     }
 }
 
-/// Publishes devices that appeared or vanished behind vgpud's back.
+/// Emits PropertiesChanged for every changeable property of a device.
+async fn device_changed(server: &ObjectServer, uuid: &str) {
+    let path = paths::device_path(uuid);
+    let Ok(iface) = server.interface::<_, DeviceObject>(&path).await else {
+        return;
+    };
+    let emitter = iface.signal_emitter().clone();
+    let obj = iface.get().await;
+    let results = [
+        obj.active_changed(&emitter).await,
+        obj.persistent_changed(&emitter).await,
+        obj.autostart_changed(&emitter).await,
+        obj.owner_changed(&emitter).await,
+        obj.iommu_group_changed(&emitter).await,
+        obj.attributes_changed(&emitter).await,
+    ];
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        tracing::warn!(%uuid, error = %e, "could not emit PropertiesChanged");
+    }
+}
+
+/// Publishes what changed: GPU and device objects come and go, properties change, and the
+/// manager's signals tell what happened.
+pub async fn publish(conn: &Connection, engine: &Arc<Engine>, changes: DeviceChanges) {
+    if let Err(e) = publish_changes(conn, engine, changes).await {
+        tracing::warn!(error = %e, "could not publish changes on the bus");
+    }
+}
+
 async fn publish_changes(
-    server: &ObjectServer,
-    emitter: &SignalEmitter<'_>,
+    conn: &Connection,
     engine: &Arc<Engine>,
     changes: DeviceChanges,
 ) -> zbus::Result<()> {
+    let server = conn.object_server();
+    let emitter = SignalEmitter::new(conn, paths::ROOT)?;
+    for address in &changes.gpus_added {
+        server
+            .at(
+                paths::gpu_path(address),
+                GpuObject {
+                    engine: engine.clone(),
+                    address: address.clone(),
+                },
+            )
+            .await?;
+    }
     for info in &changes.added {
         let path = export_device(server, engine, info).await?;
-        Manager::device_created(emitter, &info.uuid, path.as_ref()).await?;
+        Manager::device_created(&emitter, &info.uuid, path.as_ref()).await?;
     }
     for info in &changes.removed {
         let path = unexport_device(server, info).await?;
-        Manager::device_removed(emitter, &info.uuid, path.as_ref()).await?;
+        Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
+    }
+    for info in &changes.updated {
+        device_changed(server, &info.uuid).await;
+        gpu_devices_changed(server, &info.parent).await;
+    }
+    for drift in &changes.drift {
+        tracing::info!(uuid = %drift.uuid, event = drift.event, "{}", drift.detail);
+        Manager::device_drift(&emitter, &drift.uuid, drift.event, &drift.detail).await?;
+    }
+    for address in &changes.gpus_removed {
+        server
+            .remove::<GpuObject, _>(paths::gpu_path(address))
+            .await?;
     }
     Ok(())
 }

@@ -148,9 +148,34 @@ impl DeviceObject {
         opt_i32(self.field(|d| d.iommu_group))
     }
 
-    /// Vendor attributes (`nvidia/vgpu_params`).
+    /// Vendor attributes (`nvidia/vgpu_params`): the device's while active, the
+    /// definition's otherwise.
     #[zbus(property)]
     async fn attributes(&self) -> BTreeMap<String, String> {
         self.field(|d| d.attributes)
+    }
+
+    /// The device exists on the host now.
+    #[zbus(property)]
+    async fn active(&self) -> bool {
+        self.field(|d| d.active)
+    }
+
+    /// The device has a persistent (mdevctl) definition and survives reboots.
+    #[zbus(property)]
+    async fn persistent(&self) -> bool {
+        self.field(|d| d.persistent)
+    }
+
+    /// The device is started whenever its parent appears.
+    #[zbus(property)]
+    async fn autostart(&self) -> bool {
+        self.field(|d| d.autostart)
+    }
+
+    /// When vgpud created the device (seconds since the Unix epoch); 0 if another tool did.
+    #[zbus(property)]
+    async fn created(&self) -> u64 {
+        self.field(|d| d.created)
     }
 }

@@ -1,6 +1,7 @@
 //! Errors of the engine: what went wrong, in terms a caller can act on.
 
 use crate::host::HostError;
+use crate::persist::PersistError;
 
 /// Why one GPU could not take a requested type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +43,14 @@ pub enum EngineError {
         /// The host error, naming the path.
         source: HostError,
     },
+    /// vgpud's own files (definitions, records, intents) could not be written.
+    #[error("{context}: {source}")]
+    Persist {
+        /// What vgpud was doing.
+        context: String,
+        /// The persistence error, naming the file.
+        source: PersistError,
+    },
     /// Rendering XML failed.
     #[error("rendering XML for {uuid}: {message}")]
     Xml {
@@ -67,6 +76,16 @@ impl EngineError {
     /// Wraps a host error with what vgpud was doing.
     pub fn host(context: impl Into<String>, source: HostError) -> Self {
         EngineError::Host {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl EngineError {
+    /// Wraps a persistence error with what vgpud was doing.
+    pub fn persist(context: impl Into<String>, source: PersistError) -> Self {
+        EngineError::Persist {
             context: context.into(),
             source,
         }

@@ -1,14 +1,21 @@
-//! The core: what GPUs and devices exist, where a new device goes, and creating and removing
-//! devices safely under concurrency. It knows nothing of D-Bus; the adapter in
-//! [`crate::dbus`] calls it and maps [`EngineError`] to bus errors.
+//! The core: what GPUs and devices exist, where a new device goes, creating and removing
+//! devices safely under concurrency, and keeping them across restarts, crashes and reboots.
+//! It knows nothing of D-Bus; the adapter in [`crate::dbus`] calls it and maps
+//! [`EngineError`] to bus errors.
 //!
 //! Concurrency: every GPU has its own lock, held while its capacity is read and its device is
 //! created or removed, so two calls never over-commit a GPU and calls on different GPUs never
 //! wait for each other. The device registry has a short-held lock of its own; a UUID being
-//! created or removed is marked in flight, so a second call for it fails cleanly instead of
-//! racing.
+//! worked on is marked in flight, so a second call for it fails cleanly instead of racing.
+//!
+//! Durability: every change to the host is recorded as an intent before it starts and closed
+//! when it ends ([`crate::persist::intent`]); [`Engine::new`] replays what a crash left open
+//! before anything else. Persistent devices are mdevctl definitions; what mdevctl cannot hold
+//! is in vgpud's own records ([`crate::persist::state`]).
 
 mod error;
+mod lifecycle;
+mod reconcile;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -19,13 +26,14 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::discovery::{self, GpuLocation};
 use crate::host::Host;
-use crate::model::{Gpu, MdevDevice, MdevType, TypeDetails};
+use crate::model::{Gpu, MdevType, TypeDetails};
 use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
-pub use request::{CreateRequest, HostdevOptions};
+pub use reconcile::{plan_restore, RestoreReport, RestoreStep, Stage};
+pub use request::{CreateRequest, HostdevOptions, ModifyRequest};
 
-/// A device as vgpud reports it.
+/// A device as vgpud reports it: active on the host, defined persistently, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// Lowercase UUID.
@@ -38,19 +46,59 @@ pub struct DeviceInfo {
     pub type_name: String,
     /// Free tag given at creation (a libvirt domain name, say); empty for adopted devices.
     pub owner: String,
-    /// IOMMU group of the device.
+    /// IOMMU group of the device, while active.
     pub iommu_group: Option<u32>,
-    /// Vendor attributes (`nvidia/vgpu_params`).
+    /// Vendor attributes (`nvidia/vgpu_params`): read from the device while active, from the
+    /// definition otherwise.
     pub attributes: BTreeMap<String, String>,
+    /// The device exists on the host now.
+    pub active: bool,
+    /// The device has a persistent (mdevctl) definition.
+    pub persistent: bool,
+    /// The device is started whenever its parent appears (`start: auto`).
+    pub autostart: bool,
+    /// When vgpud created it, seconds since the Unix epoch; 0 if not created by vgpud.
+    pub created: u64,
 }
 
-/// Devices that appeared or vanished since the last look at the host.
+/// Something that happened to a device behind vgpud's back, and what vgpud did about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The device.
+    pub uuid: String,
+    /// `removed-externally`, `stopped-externally`, `repaired`, `repair-failed`, `adopted`.
+    pub event: &'static str,
+    /// A sentence for the log and the signal.
+    pub detail: String,
+}
+
+/// What changed since the last look at the host.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DeviceChanges {
-    /// Devices found that vgpud did not know (created by another tool), now adopted.
+    /// Devices vgpud did not know (created or defined by another tool), now listed.
     pub added: Vec<DeviceInfo>,
-    /// Devices vgpud knew that no longer exist.
+    /// Devices that no longer exist and have no definition.
     pub removed: Vec<DeviceInfo>,
+    /// Devices whose state changed (active, persistence, autostart, owner, type).
+    pub updated: Vec<DeviceInfo>,
+    /// Drift found and what was done about it.
+    pub drift: Vec<Drift>,
+    /// GPUs that appeared.
+    pub gpus_added: Vec<String>,
+    /// GPUs that went away.
+    pub gpus_removed: Vec<String>,
+}
+
+impl DeviceChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.updated.is_empty()
+            && self.drift.is_empty()
+            && self.gpus_added.is_empty()
+            && self.gpus_removed.is_empty()
+    }
 }
 
 struct GpuEntry {
@@ -79,7 +127,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Engine {
-    /// Scans the host and adopts every device found on it.
+    /// Opens the host: replays the intents a crash left open, then reads what exists (sysfs),
+    /// what is defined (mdevctl) and vgpud's records, and adopts devices of other tools. It
+    /// starts nothing: [`Engine::restore`] does, in boot order.
     pub fn new(host: Host) -> EngineResult<Self> {
         let engine = Engine {
             host,
@@ -87,7 +137,8 @@ impl Engine {
             registry: Mutex::new(Registry::default()),
         };
         engine.rescan_gpus()?;
-        engine.refresh_devices()?;
+        engine.replay_intents()?;
+        engine.refresh(true)?;
         Ok(engine)
     }
 
@@ -96,8 +147,8 @@ impl Engine {
         &self.host
     }
 
-    /// Scans the GPUs and their types again.
-    pub fn rescan_gpus(&self) -> EngineResult<()> {
+    /// Scans the GPUs and their types again; returns the addresses added and removed.
+    pub fn rescan_gpus(&self) -> EngineResult<(Vec<String>, Vec<String>)> {
         let scanned =
             discovery::scan_gpus(&self.host).map_err(|e| EngineError::host("scanning GPUs", e))?;
         let mut gpus = self.gpus.write().unwrap_or_else(|e| e.into_inner());
@@ -116,12 +167,26 @@ impl Engine {
                 },
             );
         }
+        let added = next
+            .keys()
+            .filter(|a| !gpus.contains_key(*a))
+            .cloned()
+            .collect();
+        let removed = gpus
+            .keys()
+            .filter(|a| !next.contains_key(*a))
+            .cloned()
+            .collect();
         *gpus = next;
-        Ok(())
+        Ok((added, removed))
     }
 
     fn gpus(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, GpuEntry>> {
         self.gpus.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn gpu_lock(&self, address: &str) -> Option<Arc<Mutex<()>>> {
+        self.gpus().get(address).map(|e| e.lock.clone())
     }
 
     /// Every GPU, with its types as discovered (available counts as of the last scan).
@@ -161,7 +226,7 @@ impl Engine {
         .map_err(|e| EngineError::host(format!("reading capacity of {type_id} on {parent}"), e))
     }
 
-    /// Every known device.
+    /// Every known device: active, defined, or both.
     pub fn list_devices(&self) -> Vec<DeviceInfo> {
         lock(&self.registry).devices.values().cloned().collect()
     }
@@ -182,71 +247,21 @@ impl Engine {
             .collect()
     }
 
-    /// Compares the registry with the host: adopts devices created by other tools (with an
-    /// empty owner) and forgets devices that vanished. Devices in flight are left alone.
-    pub fn refresh_devices(&self) -> EngineResult<DeviceChanges> {
-        let found = discovery::scan_devices(&self.host)
-            .map_err(|e| EngineError::host("scanning mdev devices", e))?;
-        let found: Vec<DeviceInfo> = found
-            .into_iter()
-            .map(|d| self.describe(d, String::new()))
-            .collect();
-        let mut reg = lock(&self.registry);
-        let mut changes = DeviceChanges::default();
-        let present: BTreeSet<&str> = found.iter().map(|d| d.uuid.as_str()).collect();
-        let vanished: Vec<String> = reg
-            .devices
-            .keys()
-            .filter(|u| !present.contains(u.as_str()) && !reg.in_flight.contains(*u))
-            .cloned()
-            .collect();
-        for uuid in vanished {
-            if let Some(d) = reg.devices.remove(&uuid) {
-                changes.removed.push(d);
-            }
-        }
-        for dev in found {
-            if reg.in_flight.contains(&dev.uuid) {
-                continue;
-            }
-            match reg.devices.get_mut(&dev.uuid) {
-                Some(known) => {
-                    let owner = std::mem::take(&mut known.owner);
-                    *known = DeviceInfo { owner, ..dev };
-                }
-                None => {
-                    changes.added.push(dev.clone());
-                    reg.devices.insert(dev.uuid.clone(), dev);
-                }
-            }
-        }
-        Ok(changes)
-    }
-
-    fn describe(&self, dev: MdevDevice, owner: String) -> DeviceInfo {
-        let type_name = self
-            .gpus()
-            .get(&dev.parent)
-            .and_then(|e| e.gpu.types.iter().find(|t| t.id == dev.type_id))
+    fn type_name(&self, parent: &str, type_id: &str) -> String {
+        self.gpus()
+            .get(parent)
+            .and_then(|e| e.gpu.types.iter().find(|t| t.id == type_id))
             .map(|t| t.name.clone())
-            .unwrap_or_else(|| dev.type_id.clone());
-        DeviceInfo {
-            uuid: dev.uuid,
-            parent: dev.parent,
-            type_id: dev.type_id,
-            type_name,
-            owner,
-            iommu_group: dev.iommu_group,
-            attributes: dev.attributes,
-        }
+            .unwrap_or_else(|| type_id.to_string())
     }
 
-    /// Marks a UUID in flight; fails if it exists or another call holds it.
+    /// Marks a UUID in flight; fails if another call holds it, or (when `creating`) if the
+    /// UUID is already in use.
     fn claim(&self, uuid: &str, creating: bool) -> EngineResult<InFlight<'_>> {
         let mut reg = lock(&self.registry);
         if reg.in_flight.contains(uuid) {
             return Err(EngineError::Busy(format!(
-                "another call is creating or removing device {uuid}"
+                "another call is working on device {uuid}"
             )));
         }
         if creating
@@ -259,41 +274,6 @@ impl Engine {
         Ok(InFlight {
             engine: self,
             uuid: uuid.to_string(),
-        })
-    }
-
-    /// Creates a device of the requested type on a GPU that can take it.
-    pub fn create_device(&self, req: &CreateRequest) -> EngineResult<DeviceInfo> {
-        let req = &req.clone().normalized()?;
-        req.validate()?;
-        let candidates = self.candidates(req)?;
-        let uuid = match &req.uuid {
-            Some(u) => u.clone(),
-            None => uuid::Uuid::new_v4().to_string(),
-        };
-        let claim = self.claim(&uuid, true)?;
-        let mut refusals = Vec::new();
-        for (parent, ty) in &candidates {
-            let gpu_lock = match self.gpus().get(parent) {
-                Some(e) => e.lock.clone(),
-                None => continue,
-            };
-            let _held = lock(&gpu_lock);
-            match self.try_create_on(parent, ty, &uuid, req)? {
-                Attempt::Created(dev) => {
-                    let info = self.describe(dev, req.owner.clone());
-                    claim.finish(Some(info.clone()));
-                    return Ok(info);
-                }
-                Attempt::Refused(reason) => refusals.push(Refusal {
-                    gpu: parent.clone(),
-                    reason,
-                }),
-            }
-        }
-        Err(EngineError::NoCapacity {
-            type_query: req.type_query.clone(),
-            refusals,
         })
     }
 
@@ -346,83 +326,19 @@ impl Engine {
         let running = |parent: &str, ty: &str| {
             reg.devices
                 .values()
-                .any(|d| d.parent == parent && d.type_id == ty)
+                .any(|d| d.active && d.parent == parent && d.type_id == ty)
         };
         matches.sort_by_key(|(parent, ty)| (!running(parent, &ty.id), parent.clone()));
         Ok(matches)
     }
 
-    /// One attempt on one GPU, with its lock held.
-    fn try_create_on(
-        &self,
-        parent: &str,
-        ty: &MdevType,
-        uuid: &str,
-        req: &CreateRequest,
-    ) -> EngineResult<Attempt> {
-        let available = self.available(parent, &ty.id)?;
-        if available == 0 {
-            return Ok(Attempt::Refused(self.why_full(parent, ty)));
-        }
-        let create = discovery::mdev_type_dir(&self.host, parent, &ty.id).join("create");
-        if let Err(e) = self.host.write_attr(&create, uuid) {
-            return match e.errno() {
-                Some(
-                    libc_errno::ENOSPC
-                    | libc_errno::EUSERS
-                    | libc_errno::EBUSY
-                    | libc_errno::EAGAIN,
-                ) => Ok(Attempt::Refused(format!(
-                    "the driver refused a {} ({e})",
-                    ty.name
-                ))),
-                Some(libc_errno::ENODEV) => {
-                    Ok(Attempt::Refused(format!("the GPU went away ({e})")))
-                }
-                Some(libc_errno::EEXIST) => Err(EngineError::Exists(format!(
-                    "device {uuid} already exists ({e})"
-                ))),
-                Some(libc_errno::EINVAL) => Err(EngineError::InvalidArgument(format!(
-                    "the kernel rejected device {uuid} ({e})"
-                ))),
-                _ => Err(EngineError::host(format!("creating {uuid} on {parent}"), e)),
-            };
-        }
-        if let Some(params) = &req.params {
-            let path = discovery::mdev_device_dir(&self.host, uuid).join("nvidia/vgpu_params");
-            if let Err(e) = self.host.write_attr(&path, params) {
-                self.undo_create(uuid);
-                return Err(EngineError::InvalidArgument(format!(
-                    "the driver rejected params {params:?} for {uuid}, so the device was not kept ({e})"
-                )));
-            }
-        }
-        match discovery::read_device(&self.host, uuid) {
-            Ok(Some(dev)) => Ok(Attempt::Created(dev)),
-            Ok(None) => Err(EngineError::host(
-                format!("reading back {uuid}"),
-                crate::host::HostError::Parse {
-                    path: discovery::mdev_device_dir(&self.host, uuid),
-                    reason: "the device did not appear after create".into(),
-                },
-            )),
-            Err(e) => {
-                self.undo_create(uuid);
-                Err(EngineError::host(format!("reading back {uuid}"), e))
-            }
-        }
-    }
-
-    fn undo_create(&self, uuid: &str) {
-        let remove = discovery::mdev_device_dir(&self.host, uuid).join("remove");
-        if let Err(e) = self.host.write_attr(&remove, "1") {
-            tracing::error!(%uuid, error = %e, "could not remove a half-made device");
-        }
-    }
-
     /// Explains why a GPU has no room for a type.
     fn why_full(&self, parent: &str, ty: &MdevType) -> String {
-        let on_gpu = self.devices_of(parent);
+        let on_gpu: Vec<DeviceInfo> = self
+            .devices_of(parent)
+            .into_iter()
+            .filter(|d| d.active)
+            .collect();
         if on_gpu.is_empty() {
             return format!("no {} available", ty.name);
         }
@@ -444,33 +360,6 @@ impl Engine {
         } else {
             format!("all capacity for {} in use (runs {running})", ty.name)
         }
-    }
-
-    /// Removes a device by UUID.
-    pub fn remove_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
-        let uuid = request::parse_uuid(uuid)?;
-        let claim = self.claim(&uuid, false)?;
-        let dev = discovery::read_device(&self.host, &uuid)
-            .map_err(|e| EngineError::host(format!("reading {uuid}"), e))?
-            .ok_or_else(|| EngineError::NotFound(format!("no device {uuid} on this host")))?;
-        let owner = self.device(&uuid).map(|d| d.owner).unwrap_or_default();
-        let info = self.describe(dev, owner);
-        let gpu_lock = self.gpus().get(&info.parent).map(|e| e.lock.clone());
-        let _held = gpu_lock.as_ref().map(|l| lock(l));
-        let remove = discovery::mdev_device_dir(&self.host, &uuid).join("remove");
-        if let Err(e) = self.host.write_attr(&remove, "1") {
-            return Err(match e.errno() {
-                Some(libc_errno::EBUSY) => {
-                    EngineError::Busy(format!("device {uuid} is in use ({e})"))
-                }
-                Some(libc_errno::ENOENT) => {
-                    EngineError::NotFound(format!("device {uuid} vanished ({e})"))
-                }
-                _ => EngineError::host(format!("removing {uuid}"), e),
-            });
-        }
-        claim.finish(None);
-        Ok(info)
     }
 
     /// The libvirt `<hostdev>` element for a device.
@@ -496,11 +385,6 @@ impl Engine {
     }
 }
 
-enum Attempt {
-    Created(MdevDevice),
-    Refused(String),
-}
-
 /// A UUID held in flight; dropping it without [`InFlight::finish`] releases it unchanged.
 struct InFlight<'a> {
     engine: &'a Engine,
@@ -508,7 +392,8 @@ struct InFlight<'a> {
 }
 
 impl InFlight<'_> {
-    /// Releases the UUID, recording the device as it now is (`None`: it no longer exists).
+    /// Releases the UUID, recording the device as it now is (`None`: vgpud no longer knows
+    /// it).
     fn finish(self, device: Option<DeviceInfo>) {
         let mut reg = lock(&self.engine.registry);
         match device {

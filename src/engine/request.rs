@@ -10,7 +10,7 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const MAX_PARAMS_LEN: usize = 1024;
 
 /// A request to create a device.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
     /// A type id (`nvidia-259`), name (`GRID RTX6000-4Q`) or name without the vendor prefix
     /// (`RTX6000-4Q`), any case.
@@ -23,6 +23,34 @@ pub struct CreateRequest {
     pub owner: String,
     /// Vendor parameters written to `nvidia/vgpu_params`.
     pub params: Option<String>,
+    /// Keep a persistent (mdevctl) definition, so the device survives reboots.
+    pub persistent: bool,
+    /// Start the device whenever its parent appears (needs `persistent`).
+    pub autostart: bool,
+}
+
+impl Default for CreateRequest {
+    /// No type, and the D-Bus defaults: persistent, autostart.
+    fn default() -> Self {
+        CreateRequest {
+            type_query: String::new(),
+            parent: None,
+            uuid: None,
+            owner: String::new(),
+            params: None,
+            persistent: true,
+            autostart: true,
+        }
+    }
+}
+
+/// A request to change how an existing device persists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModifyRequest {
+    /// Keep (or drop) the persistent definition; unchanged when `None`.
+    pub persistent: Option<bool>,
+    /// Start (or not) when the parent appears; unchanged when `None`.
+    pub autostart: Option<bool>,
 }
 
 /// Options of the rendered `<hostdev>`.
@@ -52,6 +80,11 @@ impl CreateRequest {
         check_text("owner", &self.owner, MAX_NAME_LEN, true)?;
         if let Some(params) = &self.params {
             check_text("params", params, MAX_PARAMS_LEN, false)?;
+        }
+        if self.autostart && !self.persistent {
+            return Err(EngineError::InvalidArgument(
+                "autostart needs a persistent device: give \"autostart\": false with \"persistent\": false".into(),
+            ));
         }
         Ok(())
     }

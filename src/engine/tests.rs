@@ -208,14 +208,14 @@ fn devices_of_other_tools_are_adopted_and_forgotten() {
     let uuid = "0b0b0b0b-0000-4000-8000-000000000001";
     let create = host.sys("class/mdev_bus/mtty/mdev_supported_types/mtty-1/create");
     host.write_attr(&create, uuid).expect("external create");
-    let changes = e.refresh_devices().expect("refresh");
+    let changes = e.poll().expect("refresh");
     assert_eq!(changes.added.len(), 1);
     assert_eq!(changes.added[0].uuid, uuid);
     assert_eq!(changes.added[0].owner, "");
-    assert!(e.refresh_devices().expect("again").added.is_empty());
+    assert!(e.poll().expect("again").added.is_empty());
     host.write_attr(&host.sys(&format!("bus/mdev/devices/{uuid}/remove")), "1")
         .expect("external remove");
-    let changes = e.refresh_devices().expect("refresh");
+    let changes = e.poll().expect("refresh");
     assert_eq!(changes.removed.len(), 1);
     assert!(e.device(uuid).is_none());
 }
@@ -226,7 +226,7 @@ fn owners_survive_a_refresh() {
     let mut r = req("mtty-2");
     r.owner = "vm-a".into();
     let dev = e.create_device(&r).expect("create");
-    e.refresh_devices().expect("refresh");
+    e.poll().expect("refresh");
     assert_eq!(e.device(&dev.uuid).expect("known").owner, "vm-a");
     let removed = e.remove_device(&dev.uuid.to_uppercase()).expect("remove");
     assert_eq!(removed.owner, "vm-a");

@@ -26,8 +26,15 @@ impl TestHost {
     pub fn new(profiles: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("host");
+        let host = TestHost { _dir: dir, root };
+        host.write_profiles(profiles);
+        host
+    }
+
+    /// Runs `vgpud sim-host` for the profiles on this root.
+    pub fn write_profiles(&self, profiles: &[&str]) {
         let mut cmd = Command::new(vgpud_bin());
-        cmd.arg("sim-host").arg("--root").arg(&root);
+        cmd.arg("sim-host").arg("--root").arg(&self.root);
         for p in profiles {
             cmd.args(["--profile", p]);
         }
@@ -37,13 +44,62 @@ impl TestHost {
             "vgpud sim-host failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        TestHost { _dir: dir, root }
+    }
+
+    /// A simulated reboot: the kernel's state (sys, dev, run) is gone and rebuilt fresh with
+    /// the given profiles; etc and var/lib are kept.
+    pub fn reboot(&self, profiles: &[&str]) {
+        for dir in ["sys", "dev", "run"] {
+            let path = self.root.join(dir);
+            if path.exists() {
+                std::fs::remove_dir_all(&path).expect("clear kernel state");
+            }
+        }
+        self.write_profiles(profiles);
     }
 
     /// `ROOT/<rel>`.
     pub fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }
+
+    /// Runs the real mdevctl 1.4 on this tree (`MDEVCTL_ENV_ROOT`).
+    pub fn mdevctl(&self, args: &[&str]) -> Output {
+        Command::new(mdevctl_bin())
+            .env("MDEVCTL_ENV_ROOT", &self.root)
+            .args(args)
+            .output()
+            .expect("run mdevctl")
+    }
+
+    /// `mdevctl … --dumpjson` parsed; panics with mdevctl's stderr if it fails.
+    pub fn mdevctl_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.mdevctl(args);
+        assert!(
+            out.status.success(),
+            "mdevctl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.stdout.iter().all(u8::is_ascii_whitespace) {
+            return serde_json::Value::Array(Vec::new());
+        }
+        serde_json::from_slice(&out.stdout).expect("mdevctl prints JSON")
+    }
+}
+
+/// The real mdevctl 1.4: `VGPUD_MDEVCTL`, else what `tools/install-deps` installed in
+/// `.cache/tools`. Fails (never skips) when it is missing.
+pub fn mdevctl_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("VGPUD_MDEVCTL") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/tools/bin/mdevctl");
+    assert!(
+        p.exists(),
+        "mdevctl 1.4 is not installed at {}: run tools/install-deps (it runs `RST2MAN=/bin/true cargo install mdevctl --version 1.4.0 --root .cache/tools`)",
+        p.display()
+    );
+    p
 }
 
 /// Which policy the private bus enforces.
@@ -206,11 +262,21 @@ impl Daemon {
     /// Starts `vgpud --root ROOT --simulate --bus-address ADDR` and waits until it owns
     /// org.vgpud1.
     pub async fn start(bus: &TestBus, host: &TestHost) -> Self {
-        Self::start_with(bus, host, &[]).await
+        Self::start_with(bus, host, &[], &[]).await
     }
 
-    /// Like [`Daemon::start`], with extra arguments and environment.
-    pub async fn start_with(bus: &TestBus, host: &TestHost, env: &[(&str, &str)]) -> Self {
+    /// Like [`Daemon::start`], with extra command-line arguments.
+    pub async fn start_args(bus: &TestBus, host: &TestHost, args: &[&str]) -> Self {
+        Self::start_with(bus, host, &[], args).await
+    }
+
+    /// Like [`Daemon::start`], with extra environment and arguments.
+    pub async fn start_with(
+        bus: &TestBus,
+        host: &TestHost,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Self {
         let log_dir = tempfile::tempdir().expect("tempdir");
         let log = log_dir.path().join("vgpud.log");
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -220,6 +286,7 @@ impl Daemon {
             .arg("--simulate")
             .arg("--bus-address")
             .arg(&bus.address)
+            .args(args)
             .env("VGPUD_LOG", "debug")
             .stdout(Stdio::null())
             .stderr(log_file);

@@ -26,6 +26,12 @@ pub trait Manager {
     ) -> zbus::Result<(String, OwnedObjectPath)>;
     /// RemoveDevice(s, a{sv})
     fn remove_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// ModifyDevice(s, a{sv})
+    fn modify_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// StartDevice(s, a{sv})
+    fn start_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// StopDevice(s, a{sv})
+    fn stop_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// GetHostdevXml(s) → s
     fn get_hostdev_xml(&self, uuid: &str) -> zbus::Result<String>;
     /// RenderHostdevXml(s, a{sv}) → s
@@ -37,6 +43,9 @@ pub trait Manager {
     /// DeviceCreated(s, o)
     #[zbus(signal)]
     fn device_created(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
+    /// DeviceDrift(s, s, s)
+    #[zbus(signal)]
+    fn device_drift(&self, uuid: String, event: String, detail: String) -> zbus::Result<()>;
     /// DeviceRemoved(s, o)
     #[zbus(signal)]
     fn device_removed(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
@@ -95,6 +104,34 @@ pub trait Device {
     /// Attributes
     #[zbus(property)]
     fn attributes(&self) -> zbus::Result<BTreeMap<String, String>>;
+    /// Active
+    #[zbus(property)]
+    fn active(&self) -> zbus::Result<bool>;
+    /// Persistent
+    #[zbus(property)]
+    fn persistent(&self) -> zbus::Result<bool>;
+    /// Autostart
+    #[zbus(property)]
+    fn autostart(&self) -> zbus::Result<bool>;
+    /// Created
+    #[zbus(property)]
+    fn created(&self) -> zbus::Result<u64>;
+}
+
+/// A Device proxy that never caches, so every read asks the daemon.
+pub async fn device_proxy(conn: &zbus::Connection, uuid: &str) -> DeviceProxy<'static> {
+    let path = vgpud::dbus::paths::device_path(uuid);
+    DeviceProxy::builder(conn)
+        .path(path)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("device proxy")
+}
+
+/// Boolean options.
+pub fn bool_opts<'a>(pairs: &[(&'a str, bool)]) -> HashMap<&'a str, Variant<'a>> {
+    pairs.iter().map(|(k, v)| (*k, Variant::from(*v))).collect()
 }
 
 /// Options for a call.

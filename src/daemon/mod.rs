@@ -1,5 +1,8 @@
-//! The daemon's start and run loop: build the host, scan it, export the objects, take the bus
-//! name, tell systemd we are ready, and serve until SIGTERM or SIGINT.
+//! The daemon's start and run loop: open the host (replaying what a crash left), restore the
+//! persistent devices in boot order, export the objects, take the bus name, tell systemd we
+//! are ready, and serve (watching the host) until SIGTERM or SIGINT.
+
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +31,10 @@ pub struct Config {
     pub simulate: bool,
     /// The bus to serve on.
     pub bus: Bus,
+    /// How often to look at the host for drift and GPUs that came or went.
+    pub poll_interval: std::time::Duration,
+    /// How long the restore at start waits for the parents of persistent devices.
+    pub restore_timeout: std::time::Duration,
 }
 
 /// Why the daemon could not start or stopped.
@@ -95,7 +102,21 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         gpus = engine.list_gpus().len(),
         devices = engine.list_devices().len(),
         elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
-        "host scanned"
+        "host opened"
+    );
+    let report = {
+        let engine = engine.clone();
+        let timeout = config.restore_timeout;
+        tokio::task::spawn_blocking(move || engine.restore(timeout))
+            .await
+            .unwrap_or_default()
+    };
+    tracing::info!(
+        started = report.started.len(),
+        failed = report.failed.len(),
+        missing_parents = ?report.missing_parents,
+        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "persistent devices restored"
     );
 
     let builder = match &config.bus {
@@ -119,8 +140,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         "ready"
     );
     notify(&[sd_notify::NotifyState::Ready]);
+    let watcher = tokio::spawn(watch::run(
+        conn.clone(),
+        engine.clone(),
+        config.poll_interval,
+    ));
 
     termination.wait().await;
+    watcher.abort();
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping");
     Ok(())

@@ -1,0 +1,101 @@
+//! Watching for changes vgpud must notice while it runs: new, changed or removed mdevctl
+//! definitions (inotify on `etc/mdevctl.d`, since mdevctl sends no events), and, by a
+//! periodic look, devices and GPUs that changed behind vgpud's back (sysfs gives no inotify
+//! events for new devices).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::sync::mpsc;
+use zbus::Connection;
+
+use crate::dbus;
+use crate::engine::Engine;
+use crate::persist::mdevctl;
+
+/// Runs until the connection's task is dropped: polls the engine every `interval`, and at
+/// once (after 50 ms to let a burst of writes settle) when a definition changes.
+pub async fn run(conn: Connection, engine: Arc<Engine>, interval: Duration) {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let base = mdevctl::base_dir(engine.host());
+    if let Err(e) = std::fs::create_dir_all(&base) {
+        tracing::warn!(path = %base.display(), error = %e, "cannot create the definitions directory");
+    }
+    match spawn_definition_watcher(base.clone(), tx) {
+        Ok(()) => tracing::debug!(path = %base.display(), "watching definitions"),
+        Err(e) => {
+            tracing::warn!(path = %base.display(), error = %e, "cannot watch definitions; relying on the periodic look")
+        }
+    }
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            Some(()) = rx.recv() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                while rx.try_recv().is_ok() {}
+            }
+        }
+        let e = engine.clone();
+        match tokio::task::spawn_blocking(move || e.poll()).await {
+            Ok(Ok(changes)) if !changes.is_empty() => dbus::publish(&conn, &engine, changes).await,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not look at the host"),
+            Err(e) => tracing::error!(error = %e, "the host watcher task failed"),
+        }
+    }
+}
+
+const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
+    .union(AddWatchFlags::IN_DELETE)
+    .union(AddWatchFlags::IN_CLOSE_WRITE)
+    .union(AddWatchFlags::IN_MOVED_FROM)
+    .union(AddWatchFlags::IN_MOVED_TO)
+    .union(AddWatchFlags::IN_DELETE_SELF);
+
+/// Watches `base` and each parent directory in it on a thread of its own; every event
+/// becomes one wake-up of the watcher.
+fn spawn_definition_watcher(base: PathBuf, tx: mpsc::Sender<()>) -> nix::Result<()> {
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
+    inotify.add_watch(&base, MASK)?;
+    watch_children(&inotify, &base);
+    std::thread::Builder::new()
+        .name("vgpud-inotify".into())
+        .spawn(move || loop {
+            match inotify.read_events() {
+                Ok(events) => {
+                    let new_dir = events
+                        .iter()
+                        .any(|e| e.mask.contains(AddWatchFlags::IN_ISDIR));
+                    if new_dir {
+                        watch_children(&inotify, &base);
+                    }
+                    if tx.blocking_send(()).is_err() {
+                        return;
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the definition watcher stopped");
+                    return;
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|_| nix::errno::Errno::EAGAIN)
+}
+
+fn watch_children(inotify: &Inotify, base: &Path) {
+    if let Ok(entries) = std::fs::read_dir(base) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                // Adding a watch twice returns the same descriptor: harmless.
+                let _ = inotify.add_watch(&path, MASK);
+            }
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! Creating, removing, starting, stopping and re-persisting devices. Each operation claims its
+//! UUID, records an intent before touching the host, takes the GPU's lock while it changes the
+//! GPU, persists the result, and closes the intent last.
+
+use std::collections::BTreeMap;
+
+use super::{
+    libc_errno, lock, CreateRequest, DeviceInfo, Engine, EngineError, EngineResult, ModifyRequest,
+    Refusal,
+};
+use crate::discovery;
+use crate::model::{MdevDevice, MdevType};
+use crate::persist::intent::{self, Intent, Operation};
+use crate::persist::{self, mdevctl, state};
+
+/// The attribute NVIDIA vGPU parameters are written to.
+pub(super) const VGPU_PARAMS: &str = "nvidia/vgpu_params";
+
+pub(super) enum Attempt {
+    Created(MdevDevice),
+    Refused(String),
+}
+
+impl Engine {
+    fn open_intent(&self, uuid: &str, operation: Operation) -> EngineResult<()> {
+        intent::open(
+            &self.host,
+            &Intent {
+                version: intent::VERSION,
+                uuid: uuid.to_string(),
+                started: persist::now_unix(),
+                operation,
+            },
+        )
+        .map_err(|e| EngineError::persist(format!("recording the intent for {uuid}"), e))
+    }
+
+    pub(super) fn close_intent(&self, uuid: &str) {
+        // A close that fails leaves an intent whose replay finds the work done: harmless.
+        if let Err(e) = intent::close(&self.host, uuid) {
+            tracing::error!(%uuid, error = %e, "could not close an intent");
+        }
+    }
+
+    /// Creates a device of the requested type on a GPU that can take it.
+    pub fn create_device(&self, req: &CreateRequest) -> EngineResult<DeviceInfo> {
+        let req = &req.clone().normalized()?;
+        req.validate()?;
+        let candidates = self.candidates(req)?;
+        let uuid = match &req.uuid {
+            Some(u) => u.clone(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let claim = self.claim(&uuid, true)?;
+        self.open_intent(
+            &uuid,
+            Operation::Create {
+                parent: None,
+                type_id: None,
+                owner: req.owner.clone(),
+                params: req.params.clone(),
+                persistent: req.persistent,
+                autostart: req.autostart,
+            },
+        )?;
+        let mut refusals = Vec::new();
+        for (parent, ty) in &candidates {
+            let Some(gpu_lock) = self.gpu_lock(parent) else {
+                continue;
+            };
+            let _held = lock(&gpu_lock);
+            let attempt = match self.try_create_on(parent, ty, &uuid, req) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.close_intent(&uuid);
+                    return Err(e);
+                }
+            };
+            match attempt {
+                Attempt::Created(dev) => {
+                    let info = match self.persist_created(dev, req) {
+                        Ok(info) => info,
+                        Err(e) => {
+                            self.undo_create(&uuid);
+                            self.forget_persisted(parent, &uuid);
+                            self.close_intent(&uuid);
+                            return Err(e);
+                        }
+                    };
+                    self.close_intent(&uuid);
+                    claim.finish(Some(info.clone()));
+                    return Ok(info);
+                }
+                Attempt::Refused(reason) => refusals.push(Refusal {
+                    gpu: parent.clone(),
+                    reason,
+                }),
+            }
+        }
+        self.close_intent(&uuid);
+        Err(EngineError::NoCapacity {
+            type_query: req.type_query.clone(),
+            refusals,
+        })
+    }
+
+    /// Writes the definition (if persistent) and vgpud's record of a device just created.
+    fn persist_created(&self, dev: MdevDevice, req: &CreateRequest) -> EngineResult<DeviceInfo> {
+        let attrs: Vec<(String, String)> = req
+            .params
+            .iter()
+            .map(|p| (VGPU_PARAMS.to_string(), p.clone()))
+            .collect();
+        if req.persistent {
+            mdevctl::write(
+                &self.host,
+                &mdevctl::Definition {
+                    parent: dev.parent.clone(),
+                    uuid: dev.uuid.clone(),
+                    mdev_type: dev.type_id.clone(),
+                    autostart: req.autostart,
+                    attrs,
+                },
+            )
+            .map_err(|e| EngineError::persist(format!("defining {}", dev.uuid), e))?;
+        }
+        let record = state::DeviceRecord {
+            version: state::VERSION,
+            uuid: dev.uuid.clone(),
+            kind: state::DeviceKind::Mdev,
+            parent: dev.parent.clone(),
+            type_id: dev.type_id.clone(),
+            owner: req.owner.clone(),
+            created: persist::now_unix(),
+            persistent: req.persistent,
+            autostart: req.persistent && req.autostart,
+            params: req.params.clone(),
+        };
+        state::write(&self.host, &record)
+            .map_err(|e| EngineError::persist(format!("recording {}", dev.uuid), e))?;
+        Ok(DeviceInfo {
+            type_name: self.type_name(&dev.parent, &dev.type_id),
+            uuid: dev.uuid,
+            parent: dev.parent,
+            type_id: dev.type_id,
+            owner: req.owner.clone(),
+            iommu_group: dev.iommu_group,
+            attributes: dev.attributes,
+            active: true,
+            persistent: req.persistent,
+            autostart: record.autostart,
+            created: record.created,
+        })
+    }
+
+    /// Removes a definition and record, logging failures (used on the way out of an error).
+    fn forget_persisted(&self, parent: &str, uuid: &str) {
+        if let Err(e) = mdevctl::remove(&self.host, parent, uuid) {
+            tracing::error!(%uuid, error = %e, "could not remove a definition");
+        }
+        if let Err(e) = state::remove(&self.host, uuid) {
+            tracing::error!(%uuid, error = %e, "could not remove a record");
+        }
+    }
+
+    /// One attempt on one GPU, with its lock held.
+    fn try_create_on(
+        &self,
+        parent: &str,
+        ty: &MdevType,
+        uuid: &str,
+        req: &CreateRequest,
+    ) -> EngineResult<Attempt> {
+        let available = self.available(parent, &ty.id)?;
+        if available == 0 {
+            return Ok(Attempt::Refused(self.why_full(parent, ty)));
+        }
+        if let Err(e) = self.write_create(parent, &ty.id, uuid) {
+            return match e {
+                EngineError::NoCapacity { refusals, .. } => Ok(Attempt::Refused(
+                    refusals.into_iter().map(|r| r.reason).collect(),
+                )),
+                other => Err(other),
+            };
+        }
+        let attrs: Vec<(String, String)> = req
+            .params
+            .iter()
+            .map(|p| (VGPU_PARAMS.to_string(), p.clone()))
+            .collect();
+        if let Err(e) = self.write_attrs(uuid, &attrs) {
+            self.undo_create(uuid);
+            return Err(e);
+        }
+        self.read_back(uuid).map(Attempt::Created)
+    }
+
+    /// Writes the UUID to the type's `create`, mapping the kernel's refusals.
+    fn write_create(&self, parent: &str, type_id: &str, uuid: &str) -> EngineResult<()> {
+        let create = discovery::mdev_type_dir(&self.host, parent, type_id).join("create");
+        let Err(e) = self.host.write_attr(&create, uuid) else {
+            return Ok(());
+        };
+        let refused = |reason: String| EngineError::NoCapacity {
+            type_query: type_id.to_string(),
+            refusals: vec![Refusal {
+                gpu: parent.to_string(),
+                reason,
+            }],
+        };
+        Err(match e.errno() {
+            Some(
+                libc_errno::ENOSPC | libc_errno::EUSERS | libc_errno::EBUSY | libc_errno::EAGAIN,
+            ) => refused(format!("the driver refused a {type_id} ({e})")),
+            Some(libc_errno::ENODEV) => refused(format!("the GPU went away ({e})")),
+            Some(libc_errno::EEXIST) => {
+                EngineError::Exists(format!("device {uuid} already exists ({e})"))
+            }
+            Some(libc_errno::EINVAL) => {
+                EngineError::InvalidArgument(format!("the kernel rejected device {uuid} ({e})"))
+            }
+            _ => EngineError::host(format!("creating {uuid} on {parent}"), e),
+        })
+    }
+
+    /// Writes attributes in order, as mdevctl does after a create.
+    fn write_attrs(&self, uuid: &str, attrs: &[(String, String)]) -> EngineResult<()> {
+        let dir = discovery::mdev_device_dir(&self.host, uuid);
+        for (key, value) in attrs {
+            if key.split('/').any(|part| part.is_empty() || part == "..") {
+                return Err(EngineError::InvalidArgument(format!(
+                    "attribute {key:?} of {uuid} is not a path below the device"
+                )));
+            }
+            self.host.write_attr(&dir.join(key), value).map_err(|e| {
+                EngineError::InvalidArgument(format!(
+                    "the driver rejected {key}={value:?} for {uuid}, so the device was not kept ({e})"
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn read_back(&self, uuid: &str) -> EngineResult<MdevDevice> {
+        match discovery::read_device(&self.host, uuid) {
+            Ok(Some(dev)) => Ok(dev),
+            Ok(None) => Err(EngineError::host(
+                format!("reading back {uuid}"),
+                crate::host::HostError::Parse {
+                    path: discovery::mdev_device_dir(&self.host, uuid),
+                    reason: "the device did not appear after create".into(),
+                },
+            )),
+            Err(e) => {
+                self.undo_create(uuid);
+                Err(EngineError::host(format!("reading back {uuid}"), e))
+            }
+        }
+    }
+
+    pub(super) fn undo_create(&self, uuid: &str) {
+        if let Err(e) = self.write_remove(uuid) {
+            tracing::error!(%uuid, error = %e, "could not remove a half-made device");
+        }
+    }
+
+    pub(super) fn write_remove(&self, uuid: &str) -> EngineResult<()> {
+        let remove = discovery::mdev_device_dir(&self.host, uuid).join("remove");
+        self.host
+            .write_attr(&remove, "1")
+            .map_err(|e| match e.errno() {
+                Some(libc_errno::EBUSY) => {
+                    EngineError::Busy(format!("device {uuid} is in use ({e})"))
+                }
+                Some(libc_errno::ENOENT) => {
+                    EngineError::NotFound(format!("device {uuid} vanished ({e})"))
+                }
+                _ => EngineError::host(format!("removing {uuid}"), e),
+            })
+    }
+
+    /// Looks a device up for an operation on it: the registry, else the host.
+    fn known(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+        if let Some(d) = self.device(uuid) {
+            return Ok(d);
+        }
+        let dev = discovery::read_device(&self.host, uuid)
+            .map_err(|e| EngineError::host(format!("reading {uuid}"), e))?
+            .ok_or_else(|| EngineError::NotFound(format!("no device {uuid} on this host")))?;
+        Ok(self.describe_active(dev, None))
+    }
+
+    /// Removes a device by UUID: stops it if active and deletes its definition and record.
+    pub fn remove_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+        let uuid = super::request::parse_uuid(uuid)?;
+        let claim = self.claim(&uuid, false)?;
+        let info = self.known(&uuid)?;
+        self.open_intent(
+            &uuid,
+            Operation::Remove {
+                parent: info.parent.clone(),
+            },
+        )?;
+        let active = discovery::mdev_device_dir(&self.host, &uuid).exists();
+        if active {
+            let gpu_lock = self.gpu_lock(&info.parent);
+            let _held = gpu_lock.as_ref().map(|l| lock(l));
+            if let Err(e) = self.write_remove(&uuid) {
+                self.close_intent(&uuid);
+                return Err(e);
+            }
+        }
+        let undefine = mdevctl::remove(&self.host, &info.parent, &uuid)
+            .and_then(|_| state::remove(&self.host, &uuid));
+        if let Err(e) = undefine {
+            // The intent stays open: the next start finishes the removal.
+            return Err(EngineError::persist(format!("undefining {uuid}"), e));
+        }
+        self.close_intent(&uuid);
+        claim.finish(None);
+        Ok(DeviceInfo {
+            active: false,
+            persistent: false,
+            autostart: false,
+            ..info
+        })
+    }
+
+    /// Starts a defined, inactive device from its definition (as `mdevctl start`).
+    pub fn start_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+        let uuid = super::request::parse_uuid(uuid)?;
+        let claim = self.claim(&uuid, false)?;
+        let info = self.known(&uuid)?;
+        if info.active {
+            return Err(EngineError::Exists(format!(
+                "device {uuid} is already active"
+            )));
+        }
+        let started = self.start_defined(&info)?;
+        claim.finish(Some(started.clone()));
+        Ok(started)
+    }
+
+    /// Starts a defined device; the caller holds its claim.
+    pub(super) fn start_defined(&self, info: &DeviceInfo) -> EngineResult<DeviceInfo> {
+        let uuid = &info.uuid;
+        let attrs: Vec<(String, String)> = self.definition_attrs(info);
+        let gpu_lock = self.gpu_lock(&info.parent).ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "the parent {} of device {uuid} is not on this host now",
+                info.parent
+            ))
+        })?;
+        let _held = lock(&gpu_lock);
+        let type_dir = discovery::mdev_type_dir(&self.host, &info.parent, &info.type_id);
+        if !type_dir.is_dir() {
+            return Err(EngineError::NotFound(format!(
+                "GPU {} offers no type {} now",
+                info.parent, info.type_id
+            )));
+        }
+        if self.available(&info.parent, &info.type_id)? == 0 {
+            return Err(EngineError::NoCapacity {
+                type_query: info.type_id.clone(),
+                refusals: vec![Refusal {
+                    gpu: info.parent.clone(),
+                    reason: format!("no {} available", info.type_name),
+                }],
+            });
+        }
+        self.open_intent(
+            uuid,
+            Operation::Start {
+                parent: info.parent.clone(),
+            },
+        )?;
+        let result = self
+            .write_create(&info.parent, &info.type_id, uuid)
+            .and_then(|()| match self.write_attrs(uuid, &attrs) {
+                Ok(()) => self.read_back(uuid),
+                Err(e) => {
+                    self.undo_create(uuid);
+                    Err(e)
+                }
+            });
+        self.close_intent(uuid);
+        let dev = result?;
+        Ok(DeviceInfo {
+            iommu_group: dev.iommu_group,
+            attributes: dev.attributes,
+            active: true,
+            ..info.clone()
+        })
+    }
+
+    /// The attributes a start writes: the definition's, else the parameters vgpud recorded.
+    pub(super) fn definition_attrs(&self, info: &DeviceInfo) -> Vec<(String, String)> {
+        let path = mdevctl::path(&self.host, &info.parent, &info.uuid);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Ok(def) = mdevctl::Definition::parse(&info.parent, &info.uuid, &text, &path) {
+                return def.attrs;
+            }
+        }
+        info.attributes
+            .get(VGPU_PARAMS)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| vec![(VGPU_PARAMS.to_string(), v.clone())])
+            .unwrap_or_default()
+    }
+
+    /// Stops an active device and keeps its definition; a device without one is removed.
+    pub fn stop_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+        let uuid = super::request::parse_uuid(uuid)?;
+        let info = self.known(&uuid)?;
+        if !info.persistent {
+            return self.remove_device(&uuid);
+        }
+        let claim = self.claim(&uuid, false)?;
+        if !info.active {
+            return Ok(info);
+        }
+        self.open_intent(
+            &uuid,
+            Operation::Stop {
+                parent: info.parent.clone(),
+            },
+        )?;
+        let gpu_lock = self.gpu_lock(&info.parent);
+        let held = gpu_lock.as_ref().map(|l| lock(l));
+        let result = self.write_remove(&uuid);
+        drop(held);
+        self.close_intent(&uuid);
+        result?;
+        let stopped = DeviceInfo {
+            active: false,
+            iommu_group: None,
+            attributes: self.definition_attrs(&info).into_iter().collect(),
+            ..info
+        };
+        claim.finish(Some(stopped.clone()));
+        Ok(stopped)
+    }
+
+    /// Changes whether a device persists and autostarts.
+    pub fn modify_device(&self, uuid: &str, req: &ModifyRequest) -> EngineResult<DeviceInfo> {
+        let uuid = super::request::parse_uuid(uuid)?;
+        let claim = self.claim(&uuid, false)?;
+        let info = self.known(&uuid)?;
+        let persistent = req.persistent.unwrap_or(info.persistent);
+        let autostart = req.autostart.unwrap_or(info.autostart && persistent);
+        if autostart && !persistent {
+            return Err(EngineError::InvalidArgument(format!(
+                "device {uuid} cannot autostart without being persistent"
+            )));
+        }
+        if !persistent && !info.active {
+            return Err(EngineError::InvalidArgument(format!(
+                "device {uuid} is not active: dropping its definition would lose it; use RemoveDevice"
+            )));
+        }
+        self.open_intent(
+            &uuid,
+            Operation::Modify {
+                parent: info.parent.clone(),
+                persistent,
+                autostart,
+            },
+        )?;
+        let result = self.apply_persistence(&info, persistent, autostart);
+        if result.is_ok() {
+            self.close_intent(&uuid);
+        }
+        let updated = result?;
+        claim.finish(Some(updated.clone()));
+        Ok(updated)
+    }
+
+    /// Writes or removes the definition and rewrites the record to match.
+    pub(super) fn apply_persistence(
+        &self,
+        info: &DeviceInfo,
+        persistent: bool,
+        autostart: bool,
+    ) -> EngineResult<DeviceInfo> {
+        let uuid = &info.uuid;
+        let attrs = self.definition_attrs(info);
+        let params = attrs
+            .iter()
+            .find(|(k, _)| k == VGPU_PARAMS)
+            .map(|(_, v)| v.clone());
+        if persistent {
+            mdevctl::write(
+                &self.host,
+                &mdevctl::Definition {
+                    parent: info.parent.clone(),
+                    uuid: uuid.clone(),
+                    mdev_type: info.type_id.clone(),
+                    autostart,
+                    attrs,
+                },
+            )
+        } else {
+            mdevctl::remove(&self.host, &info.parent, uuid).map(|_| ())
+        }
+        .map_err(|e| EngineError::persist(format!("changing the definition of {uuid}"), e))?;
+        let created = if info.created == 0 {
+            persist::now_unix()
+        } else {
+            info.created
+        };
+        state::write(
+            &self.host,
+            &state::DeviceRecord {
+                version: state::VERSION,
+                uuid: uuid.clone(),
+                kind: state::DeviceKind::Mdev,
+                parent: info.parent.clone(),
+                type_id: info.type_id.clone(),
+                owner: info.owner.clone(),
+                created,
+                persistent,
+                autostart,
+                params,
+            },
+        )
+        .map_err(|e| EngineError::persist(format!("recording {uuid}"), e))?;
+        Ok(DeviceInfo {
+            persistent,
+            autostart,
+            created,
+            ..info.clone()
+        })
+    }
+
+    /// A device found on the host, described with what vgpud knows of it.
+    pub(super) fn describe_active(
+        &self,
+        dev: MdevDevice,
+        known: Option<&DeviceInfo>,
+    ) -> DeviceInfo {
+        DeviceInfo {
+            type_name: self.type_name(&dev.parent, &dev.type_id),
+            owner: known.map(|k| k.owner.clone()).unwrap_or_default(),
+            active: true,
+            persistent: known.is_some_and(|k| k.persistent),
+            autostart: known.is_some_and(|k| k.autostart),
+            created: known.map_or(0, |k| k.created),
+            uuid: dev.uuid,
+            parent: dev.parent,
+            type_id: dev.type_id,
+            iommu_group: dev.iommu_group,
+            attributes: dev.attributes,
+        }
+    }
+}
+
+/// Attributes as a map, for devices described from a definition.
+pub(super) fn attr_map(attrs: &[(String, String)]) -> BTreeMap<String, String> {
+    attrs.iter().cloned().collect()
+}

@@ -1,0 +1,579 @@
+//! Reconciling what should exist (mdevctl definitions and vgpud's records) with what does
+//! (sysfs): replaying the intents a crash left open, restoring devices at start in boot order,
+//! and noticing drift, new definitions and GPUs that come and go while running.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::lifecycle::{attr_map, VGPU_PARAMS};
+use super::{lock, DeviceChanges, DeviceInfo, Drift, Engine, EngineError, EngineResult};
+use crate::discovery;
+use crate::model::MdevDevice;
+use crate::persist::intent::{self, Operation};
+use crate::persist::{self, mdevctl, state};
+
+/// The stages of a restore, in boot order. Each waits for the devices the previous stage
+/// makes (VFs are the parents of SR-IOV vGPUs, GPU instances back MIG vGPUs, …). Only
+/// [`Stage::Mdevs`] has steps so far; the others are where later kinds of device go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// SR-IOV virtual functions.
+    SriovVfs,
+    /// MIG GPU and compute instances.
+    MigInstances,
+    /// vGPU modes (heterogeneous mode and the like).
+    VgpuModes,
+    /// The time-slice scheduler.
+    Scheduler,
+    /// vGPU types written to SR-IOV functions.
+    SriovVgpuTypes,
+    /// Mediated devices.
+    Mdevs,
+    /// Passthrough bindings.
+    Passthrough,
+}
+
+/// One step of a restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreStep {
+    /// Wait (bounded) until these parents exist.
+    WaitForParents {
+        /// The stage the parents are needed for.
+        stage: Stage,
+        /// Parent device names.
+        parents: Vec<String>,
+    },
+    /// Start a defined mdev.
+    StartMdev {
+        /// The device.
+        uuid: String,
+        /// Its parent.
+        parent: String,
+    },
+}
+
+/// Plans the restore of devices at start: every persistent, autostart device that is not
+/// active, stage by stage in boot order; within a stage, first the wait for its parents, then
+/// the devices by parent and UUID. A pure function: the order is unit-tested.
+pub fn plan_restore(devices: &[DeviceInfo]) -> Vec<RestoreStep> {
+    let wanted: Vec<&DeviceInfo> = devices
+        .iter()
+        .filter(|d| d.persistent && d.autostart && !d.active)
+        .collect();
+    let mut steps = Vec::new();
+    if wanted.is_empty() {
+        return steps;
+    }
+    let parents: BTreeSet<String> = wanted.iter().map(|d| d.parent.clone()).collect();
+    steps.push(RestoreStep::WaitForParents {
+        stage: Stage::Mdevs,
+        parents: parents.into_iter().collect(),
+    });
+    let mut starts: Vec<(String, String)> = wanted
+        .iter()
+        .map(|d| (d.parent.clone(), d.uuid.clone()))
+        .collect();
+    starts.sort();
+    steps.extend(
+        starts
+            .into_iter()
+            .map(|(parent, uuid)| RestoreStep::StartMdev { uuid, parent }),
+    );
+    steps
+}
+
+/// What a restore did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Devices started.
+    pub started: Vec<String>,
+    /// Devices that could not be started, and why.
+    pub failed: Vec<(String, String)>,
+    /// Parents that did not appear in time; their devices start when they do.
+    pub missing_parents: Vec<String>,
+}
+
+/// The devices that should be known: active ones, defined ones, recorded ones; and the
+/// records of devices that neither exist nor are defined (transient devices that are gone).
+struct Merged {
+    devices: BTreeMap<String, DeviceInfo>,
+    stale_records: Vec<String>,
+}
+
+impl Engine {
+    /// Completes or rolls back every intent a crash left open, then sweeps temporary files.
+    pub(super) fn replay_intents(&self) -> EngineResult<()> {
+        let intents = intent::read_all(&self.host)
+            .map_err(|e| EngineError::persist("reading the intent journal", e))?;
+        for open in intents {
+            let uuid = open.uuid.clone();
+            let device = discovery::read_device(&self.host, &uuid)
+                .map_err(|e| EngineError::host(format!("reading {uuid}"), e))?;
+            let outcome = self.replay_one(&uuid, &open.operation, device);
+            match &outcome {
+                Ok(what) => tracing::info!(%uuid, "intent left by a crash: {what}"),
+                Err(e) => tracing::error!(%uuid, error = %e, "could not replay an intent"),
+            }
+            outcome?;
+            intent::close(&self.host, &uuid)
+                .map_err(|e| EngineError::persist(format!("closing the intent of {uuid}"), e))?;
+        }
+        let mut dirs = vec![state::dir(&self.host), intent::dir(&self.host)];
+        let base = mdevctl::base_dir(&self.host);
+        dirs.push(base.clone());
+        if let Ok(parents) = std::fs::read_dir(&base) {
+            dirs.extend(parents.flatten().map(|e| e.path()));
+        }
+        for dir in dirs {
+            if let Err(e) = persist::sweep_temporaries(&dir) {
+                tracing::warn!(error = %e, "could not sweep temporary files");
+            }
+        }
+        Ok(())
+    }
+
+    fn replay_one(
+        &self,
+        uuid: &str,
+        op: &Operation,
+        device: Option<MdevDevice>,
+    ) -> EngineResult<&'static str> {
+        let persist_err = |what: &str| {
+            let what = format!("{what} {uuid}");
+            move |e| EngineError::persist(what, e)
+        };
+        match (op, device) {
+            (
+                Operation::Create {
+                    owner,
+                    params,
+                    persistent,
+                    autostart,
+                    ..
+                },
+                Some(dev),
+            ) => {
+                if let Some(p) = params {
+                    let path = discovery::mdev_device_dir(&self.host, uuid).join(VGPU_PARAMS);
+                    if let Err(e) = self.host.write_attr(&path, p) {
+                        tracing::warn!(%uuid, error = %e, "could not rewrite vgpu_params");
+                    }
+                }
+                if *persistent {
+                    mdevctl::write(
+                        &self.host,
+                        &mdevctl::Definition {
+                            parent: dev.parent.clone(),
+                            uuid: uuid.to_string(),
+                            mdev_type: dev.type_id.clone(),
+                            autostart: *autostart,
+                            attrs: params
+                                .iter()
+                                .map(|p| (VGPU_PARAMS.to_string(), p.clone()))
+                                .collect(),
+                        },
+                    )
+                    .map_err(persist_err("defining"))?;
+                }
+                state::write(
+                    &self.host,
+                    &state::DeviceRecord {
+                        version: state::VERSION,
+                        uuid: uuid.to_string(),
+                        kind: state::DeviceKind::Mdev,
+                        parent: dev.parent,
+                        type_id: dev.type_id,
+                        owner: owner.clone(),
+                        created: persist::now_unix(),
+                        persistent: *persistent,
+                        autostart: *persistent && *autostart,
+                        params: params.clone(),
+                    },
+                )
+                .map_err(persist_err("recording"))?;
+                Ok("the device exists, so the create was completed")
+            }
+            (Operation::Create { .. }, None) => {
+                self.remove_definitions_of(uuid)?;
+                state::remove(&self.host, uuid).map_err(persist_err("forgetting"))?;
+                Ok("the device does not exist, so the create was rolled back")
+            }
+            (Operation::Remove { parent }, device) => {
+                if device.is_some() {
+                    self.write_remove(uuid)?;
+                }
+                mdevctl::remove(&self.host, parent, uuid).map_err(persist_err("undefining"))?;
+                self.remove_definitions_of(uuid)?;
+                state::remove(&self.host, uuid).map_err(persist_err("forgetting"))?;
+                Ok("the removal was completed")
+            }
+            (Operation::Start { parent }, Some(_)) => {
+                let info = self.info_from_disk(uuid, parent);
+                let attrs = info.map(|i| self.definition_attrs(&i)).unwrap_or_default();
+                for (key, value) in attrs {
+                    let path = discovery::mdev_device_dir(&self.host, uuid).join(&key);
+                    if let Err(e) = self.host.write_attr(&path, &value) {
+                        tracing::warn!(%uuid, %key, error = %e, "could not rewrite an attribute");
+                    }
+                }
+                Ok("the device was started, its attributes were written again")
+            }
+            (Operation::Start { .. }, None) => Ok("the device did not start; it stays defined"),
+            (Operation::Stop { .. }, Some(_)) => {
+                self.write_remove(uuid)?;
+                Ok("the stop was completed")
+            }
+            (Operation::Stop { .. }, None) => Ok("the device was already stopped"),
+            (
+                Operation::Modify {
+                    parent,
+                    persistent,
+                    autostart,
+                },
+                device,
+            ) => {
+                let info = match device {
+                    Some(dev) => Some(self.describe_active(dev, None)),
+                    None => self.info_from_disk(uuid, parent),
+                };
+                match info {
+                    Some(info) => {
+                        let owner = state::read_all(&self.host)
+                            .ok()
+                            .and_then(|r| r.into_iter().find(|r| r.uuid == uuid))
+                            .map(|r| r.owner)
+                            .unwrap_or_default();
+                        self.apply_persistence(
+                            &DeviceInfo { owner, ..info },
+                            *persistent,
+                            *autostart,
+                        )?;
+                        Ok("the persistence change was applied again")
+                    }
+                    None => Ok("the device is gone; nothing to change"),
+                }
+            }
+        }
+    }
+
+    /// A device described from its definition on disk, if it has one.
+    fn info_from_disk(&self, uuid: &str, parent: &str) -> Option<DeviceInfo> {
+        let path = mdevctl::path(&self.host, parent, uuid);
+        let text = std::fs::read_to_string(&path).ok()?;
+        let def = mdevctl::Definition::parse(parent, uuid, &text, &path).ok()?;
+        Some(self.describe_defined(&def, None))
+    }
+
+    fn remove_definitions_of(&self, uuid: &str) -> EngineResult<()> {
+        let (defs, _) = mdevctl::read_all(&self.host)
+            .map_err(|e| EngineError::persist("reading definitions", e))?;
+        for def in defs.iter().filter(|d| d.uuid == uuid) {
+            mdevctl::remove(&self.host, &def.parent, uuid)
+                .map_err(|e| EngineError::persist(format!("undefining {uuid}"), e))?;
+        }
+        Ok(())
+    }
+
+    fn describe_defined(
+        &self,
+        def: &mdevctl::Definition,
+        record: Option<&state::DeviceRecord>,
+    ) -> DeviceInfo {
+        DeviceInfo {
+            uuid: def.uuid.clone(),
+            parent: def.parent.clone(),
+            type_name: self.type_name(&def.parent, &def.mdev_type),
+            type_id: def.mdev_type.clone(),
+            owner: record.map(|r| r.owner.clone()).unwrap_or_default(),
+            iommu_group: None,
+            attributes: attr_map(&def.attrs),
+            active: false,
+            persistent: true,
+            autostart: def.autostart,
+            created: record.map_or(0, |r| r.created),
+        }
+    }
+
+    /// Reads sysfs, the definitions and the records, and merges them by UUID.
+    fn merge(&self, initial: bool) -> EngineResult<Merged> {
+        let active = discovery::scan_devices(&self.host)
+            .map_err(|e| EngineError::host("scanning mdev devices", e))?;
+        let (defs, bad) = mdevctl::read_all(&self.host)
+            .map_err(|e| EngineError::persist("reading definitions", e))?;
+        for b in &bad {
+            if initial {
+                tracing::warn!(path = %b.path.display(), error = %b.error, "skipping a definition");
+            }
+        }
+        let records = match state::read_all(&self.host) {
+            Ok(r) => r,
+            Err(e) if initial => return Err(EngineError::persist("reading device records", e)),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read device records; keeping what is known");
+                return Err(EngineError::persist("reading device records", e));
+            }
+        };
+        let records: BTreeMap<&str, &state::DeviceRecord> =
+            records.iter().map(|r| (r.uuid.as_str(), r)).collect();
+        let mut defs_by_uuid: BTreeMap<&str, &mdevctl::Definition> = BTreeMap::new();
+        for d in &defs {
+            defs_by_uuid.entry(d.uuid.as_str()).or_insert(d);
+        }
+        let mut devices = BTreeMap::new();
+        for dev in active {
+            let uuid = dev.uuid.clone();
+            let def = defs_by_uuid.get(uuid.as_str()).copied();
+            let rec = records.get(uuid.as_str()).copied();
+            let mut info = self.describe_active(dev, None);
+            info.owner = rec.map(|r| r.owner.clone()).unwrap_or_default();
+            info.created = rec.map_or(0, |r| r.created);
+            info.persistent = def.is_some();
+            info.autostart = def.is_some_and(|d| d.autostart);
+            devices.insert(uuid, info);
+        }
+        for (uuid, def) in &defs_by_uuid {
+            if !devices.contains_key(*uuid) {
+                let rec = records.get(uuid).copied();
+                devices.insert(uuid.to_string(), self.describe_defined(def, rec));
+            }
+        }
+        let stale_records = records
+            .keys()
+            .filter(|u| !devices.contains_key(**u))
+            .map(|u| u.to_string())
+            .collect();
+        Ok(Merged {
+            devices,
+            stale_records,
+        })
+    }
+
+    /// Compares the registry with the host and the definitions. At start (`initial`) it only
+    /// fills the registry; while running it reports what changed and repairs drift.
+    pub(super) fn refresh(&self, initial: bool) -> EngineResult<DeviceChanges> {
+        let merged = self.merge(initial)?;
+        let mut changes = DeviceChanges::default();
+        let mut repair = Vec::new();
+        {
+            let mut reg = lock(&self.registry);
+            for uuid in &merged.stale_records {
+                if reg.in_flight.contains(uuid) {
+                    continue;
+                }
+                if let Err(e) = state::remove(&self.host, uuid) {
+                    tracing::warn!(%uuid, error = %e, "could not drop the record of a gone device");
+                }
+            }
+            let gone: Vec<String> = reg
+                .devices
+                .keys()
+                .filter(|u| !merged.devices.contains_key(*u) && !reg.in_flight.contains(*u))
+                .cloned()
+                .collect();
+            for uuid in gone {
+                if let Some(old) = reg.devices.remove(&uuid) {
+                    if old.active && !initial {
+                        changes.drift.push(Drift {
+                            uuid: uuid.clone(),
+                            event: "removed-externally",
+                            detail: format!(
+                                "device {uuid} on {} was removed by another tool or the kernel",
+                                old.parent
+                            ),
+                        });
+                    }
+                    changes.removed.push(old);
+                }
+            }
+            for (uuid, info) in merged.devices {
+                if reg.in_flight.contains(&uuid) {
+                    continue;
+                }
+                match reg.devices.get(&uuid) {
+                    None => {
+                        if !initial && info.active {
+                            changes.drift.push(Drift {
+                                uuid: uuid.clone(),
+                                event: "adopted",
+                                detail: format!(
+                                    "device {uuid} on {} was made by another tool; vgpud lists it",
+                                    info.parent
+                                ),
+                            });
+                        }
+                        changes.added.push(info.clone());
+                        reg.devices.insert(uuid, info);
+                    }
+                    Some(old) if *old != info => {
+                        if old.active && !info.active && !initial {
+                            if info.autostart && self.gpus().contains_key(&info.parent) {
+                                repair.push(uuid.clone());
+                            } else {
+                                changes.drift.push(Drift {
+                                    uuid: uuid.clone(),
+                                    event: "stopped-externally",
+                                    detail: format!("device {uuid} was stopped by another tool; its definition stays"),
+                                });
+                            }
+                        }
+                        changes.updated.push(info.clone());
+                        reg.devices.insert(uuid, info);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        for uuid in repair {
+            self.repair(&uuid, &mut changes);
+        }
+        Ok(changes)
+    }
+
+    /// Starts again an autostart device that vanished while running.
+    fn repair(&self, uuid: &str, changes: &mut DeviceChanges) {
+        let Ok(claim) = self.claim(uuid, false) else {
+            return;
+        };
+        let Some(info) = self.device(uuid) else {
+            return;
+        };
+        match self.start_defined(&info) {
+            Ok(started) => {
+                changes.drift.push(Drift {
+                    uuid: uuid.to_string(),
+                    event: "repaired",
+                    detail: format!("autostart device {uuid} vanished and was started again"),
+                });
+                changes.updated.retain(|d| d.uuid != uuid);
+                changes.updated.push(started.clone());
+                claim.finish(Some(started));
+            }
+            Err(e) => changes.drift.push(Drift {
+                uuid: uuid.to_string(),
+                event: "repair-failed",
+                detail: format!(
+                    "autostart device {uuid} vanished and could not be started again: {e}"
+                ),
+            }),
+        }
+    }
+
+    /// Starts the persistent autostart devices in boot order, waiting up to `parent_timeout`
+    /// for the parents each stage needs.
+    pub fn restore(&self, parent_timeout: Duration) -> RestoreReport {
+        let mut report = RestoreReport::default();
+        let mut missing: BTreeSet<String> = BTreeSet::new();
+        for step in plan_restore(&self.list_devices()) {
+            match step {
+                RestoreStep::WaitForParents { stage, parents } => {
+                    missing = self.wait_for_parents(stage, &parents, parent_timeout);
+                    report.missing_parents.extend(missing.iter().cloned());
+                }
+                RestoreStep::StartMdev { uuid, parent } => {
+                    if missing.contains(&parent) {
+                        continue;
+                    }
+                    match self.start_device(&uuid) {
+                        Ok(_) => report.started.push(uuid),
+                        Err(e) => {
+                            tracing::warn!(%uuid, %parent, error = %e, "could not restore a device");
+                            report.failed.push((uuid, e.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        report
+    }
+
+    /// Waits until the parents exist; returns those that did not appear in time.
+    fn wait_for_parents(
+        &self,
+        stage: Stage,
+        parents: &[String],
+        timeout: Duration,
+    ) -> BTreeSet<String> {
+        let deadline = Instant::now() + timeout;
+        let missing = |e: &Engine| -> BTreeSet<String> {
+            parents
+                .iter()
+                .filter(|p| !discovery::mdev_parent_dir(&e.host, p).exists())
+                .cloned()
+                .collect()
+        };
+        let mut left = missing(self);
+        if left.is_empty() {
+            return left;
+        }
+        tracing::info!(?stage, parents = ?left, timeout_s = timeout.as_secs_f64(), "waiting for parent devices to appear");
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            left = missing(self);
+        }
+        if let Err(e) = self.rescan_gpus() {
+            tracing::warn!(error = %e, "could not rescan GPUs");
+        }
+        if !left.is_empty() {
+            tracing::warn!(?stage, parents = ?left, "parent devices did not appear in time; their devices start when they do");
+        }
+        left
+    }
+
+    /// One look at the host while running: GPUs that came or went, devices that changed
+    /// behind vgpud's back (repaired if autostart), new or changed definitions; and the
+    /// autostart devices of GPUs that appeared are started.
+    pub fn poll(&self) -> EngineResult<DeviceChanges> {
+        let (gpus_added, gpus_removed) = if self.parents_changed() {
+            self.rescan_gpus()?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let mut changes = self.refresh(false)?;
+        if !gpus_added.is_empty() {
+            let waiting: Vec<String> = self
+                .list_devices()
+                .into_iter()
+                .filter(|d| {
+                    d.persistent && d.autostart && !d.active && gpus_added.contains(&d.parent)
+                })
+                .map(|d| d.uuid)
+                .collect();
+            for uuid in waiting {
+                match self.start_device(&uuid) {
+                    Ok(started) => {
+                        changes.updated.retain(|d| d.uuid != uuid);
+                        changes.updated.push(started);
+                    }
+                    Err(e) => {
+                        tracing::warn!(%uuid, error = %e, "could not start a device on a GPU that appeared")
+                    }
+                }
+            }
+        }
+        changes.gpus_added = gpus_added;
+        changes.gpus_removed = gpus_removed;
+        Ok(changes)
+    }
+
+    /// Whether the set of possible parents differs from the inventory (cheap: two directory
+    /// listings).
+    fn parents_changed(&self) -> bool {
+        let listed = |rel: &str| self.host.list_dir(&self.host.sys(rel)).unwrap_or_default();
+        let mdev_parents = listed("class/mdev_bus");
+        let gpus = self.gpus();
+        if mdev_parents.iter().any(|p| !gpus.contains_key(p)) {
+            return true;
+        }
+        if gpus
+            .values()
+            .filter(|e| e.location.is_mdev_parent)
+            .any(|e| !mdev_parents.contains(&e.gpu.address))
+        {
+            return true;
+        }
+        let pci = listed("bus/pci/devices");
+        gpus.keys()
+            .filter(|a| a.contains(':'))
+            .any(|a| !pci.contains(a))
+    }
+}

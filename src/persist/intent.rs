@@ -1,0 +1,164 @@
+//! The intent journal: every change to the host is recorded here, durably, before it starts
+//! and removed when it ends. At start vgpud replays what is left (completes or rolls back each
+//! intent) before it serves anyone. One file per UUID in flight,
+//! `var/lib/vgpud/intents/<uuid>.json`: the engine never runs two operations on one UUID.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{remove_durable, write_atomic, PersistError, PersistResult};
+use crate::host::Host;
+
+/// The format version of intents.
+pub const VERSION: u32 = 1;
+
+/// What was being done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Operation {
+    /// Creating a device: on replay, finish it if the device exists, else undo.
+    Create {
+        /// Parent GPU chosen, once known (a create tries GPUs in turn).
+        parent: Option<String>,
+        /// Type id, once known.
+        type_id: Option<String>,
+        /// Owner tag.
+        owner: String,
+        /// Vendor parameters.
+        params: Option<String>,
+        /// Write a persistent definition.
+        persistent: bool,
+        /// Start when the parent appears.
+        autostart: bool,
+    },
+    /// Removing a device: on replay, always finish.
+    Remove {
+        /// Parent GPU.
+        parent: String,
+    },
+    /// Starting a defined device: on replay, write its attributes again if it exists.
+    Start {
+        /// Parent GPU.
+        parent: String,
+    },
+    /// Stopping a device and keeping its definition: on replay, finish.
+    Stop {
+        /// Parent GPU.
+        parent: String,
+    },
+    /// Changing persistence: on replay, apply the target again.
+    Modify {
+        /// Parent GPU.
+        parent: String,
+        /// Target persistence.
+        persistent: bool,
+        /// Target autostart.
+        autostart: bool,
+    },
+}
+
+/// One open intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// Format version ([`VERSION`]).
+    pub version: u32,
+    /// The device.
+    pub uuid: String,
+    /// When it was opened, seconds since the Unix epoch.
+    pub started: u64,
+    /// What is being done.
+    #[serde(flatten)]
+    pub operation: Operation,
+}
+
+/// `ROOT/var/lib/vgpud/intents`.
+pub fn dir(host: &Host) -> PathBuf {
+    host.state("intents")
+}
+
+fn path(host: &Host, uuid: &str) -> PathBuf {
+    dir(host).join(format!("{uuid}.json"))
+}
+
+/// Records an intent durably (also used to update it, e.g. once the GPU is chosen).
+pub fn open(host: &Host, intent: &Intent) -> PersistResult<()> {
+    let text = serde_json::to_string(intent).unwrap_or_default();
+    write_atomic(&path(host, &intent.uuid), text.as_bytes(), 0o600)
+}
+
+/// Closes the intent of a UUID.
+pub fn close(host: &Host, uuid: &str) -> PersistResult<()> {
+    remove_durable(&path(host, uuid)).map(|_| ())
+}
+
+/// Every open intent, oldest first.
+pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
+    let dir = dir(host);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(PersistError::Io {
+                action: "listing",
+                path: dir,
+                source,
+            })
+        }
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let file = entry.path();
+        if file.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).map_err(|source| PersistError::Io {
+            action: "reading",
+            path: file.clone(),
+            source,
+        })?;
+        let intent: Intent = serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
+            path: file.clone(),
+            reason: e.to_string(),
+        })?;
+        out.push(intent);
+    }
+    out.sort_by_key(|i| (i.started, i.uuid.clone()));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intents_open_update_list_and_close() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let mut intent = Intent {
+            version: VERSION,
+            uuid: "a1b2c3d4-0000-4000-8000-000000000001".into(),
+            started: 5,
+            operation: Operation::Create {
+                parent: None,
+                type_id: None,
+                owner: "vm".into(),
+                params: None,
+                persistent: true,
+                autostart: true,
+            },
+        };
+        open(&host, &intent).expect("open");
+        if let Operation::Create { parent, .. } = &mut intent.operation {
+            *parent = Some("mtty".into());
+        }
+        open(&host, &intent).expect("update");
+        assert_eq!(read_all(&host).expect("read"), vec![intent.clone()]);
+        let text = fs::read_to_string(path(&host, &intent.uuid)).expect("text");
+        assert!(text.contains("\"op\":\"create\""), "{text}");
+        close(&host, &intent.uuid).expect("close");
+        assert!(read_all(&host).expect("read").is_empty());
+    }
+}

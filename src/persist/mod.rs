@@ -1,0 +1,187 @@
+//! What vgpud keeps on disk, and how it writes it so that a crash or power loss never leaves a
+//! torn file:
+//! - [`mdevctl`]: persistent mdev definitions in mdevctl's own format (`etc/mdevctl.d`), so
+//!   mdevctl and libvirt see them;
+//! - [`state`]: what mdevctl cannot express (owner, creation time), one versioned file per
+//!   device under `var/lib/vgpud/devices/`;
+//! - [`intent`]: the journal of host changes in progress (`var/lib/vgpud/intents/`), replayed
+//!   at start so that a `kill -9` at any instant is completed or rolled back.
+//!
+//! Every write goes to a temporary name that is not a UUID, is fsynced, renamed over the
+//! target, and the directory is fsynced; removals fsync the directory too.
+
+pub mod intent;
+pub mod mdevctl;
+pub mod state;
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// An error of the persistence layer, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    /// A file or directory could not be read, written or removed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A file could not be parsed.
+    #[error("{path} is malformed: {reason}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Result of persistence operations.
+pub type PersistResult<T> = Result<T, PersistError>;
+
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PersistError + 'a {
+    move |source| PersistError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn sync_dir(dir: &Path) -> PersistResult<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("syncing directory", dir))
+}
+
+/// Creates `dir` and its missing ancestors, syncing each parent of a new directory.
+fn create_dirs(dir: &Path) -> PersistResult<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(io_err("creating directory", dir)(e)),
+    }
+    match dir.parent() {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+/// Writes `content` to `path` atomically and durably: a temporary file named
+/// `.<name>.vgpud-tmp-<pid>-<n>` (never a UUID, so mdevctl skips it) in the same directory,
+/// fsync, rename over `path`, fsync of the directory.
+pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> PersistResult<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().ok_or_else(|| PersistError::Malformed {
+        path: path.to_path_buf(),
+        reason: "no parent directory".into(),
+    })?;
+    create_dirs(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.vgpud-tmp-{}-{n}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(io_err("creating", &tmp))?;
+        f.write_all(content).map_err(io_err("writing", &tmp))?;
+        f.sync_all().map_err(io_err("syncing", &tmp))?;
+        fs::rename(&tmp, path).map_err(io_err("renaming into place", path))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    sync_dir(dir)
+}
+
+/// Removes `path` durably; a missing file is not an error. Returns whether it existed.
+pub fn remove_durable(path: &Path) -> PersistResult<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err("removing", path)(e)),
+    }
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(true)
+}
+
+/// Removes temporary files a crash left behind in `dir` (names vgpud gives them only).
+pub fn sweep_temporaries(dir: &Path) -> PersistResult<usize> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io_err("listing", dir)(e)),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.contains(".vgpud-tmp-") {
+            let _ = fs::remove_file(entry.path());
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn atomic_writes_create_dirs_replace_and_leave_no_temporaries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a/b/file");
+        write_atomic(&path, b"one", 0o644).expect("write");
+        write_atomic(&path, b"two", 0o644).expect("rewrite");
+        assert_eq!(fs::read_to_string(&path).expect("read"), "two");
+        let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        let names: Vec<_> = fs::read_dir(dir.path().join("a/b"))
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(remove_durable(&path).expect("remove"));
+        assert!(!remove_durable(&path).expect("remove again"));
+    }
+
+    #[test]
+    fn temporaries_left_by_a_crash_are_swept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join(".x.vgpud-tmp-1-2"), "torn").expect("write");
+        fs::write(dir.path().join("keep"), "k").expect("write");
+        assert_eq!(sweep_temporaries(dir.path()).expect("sweep"), 1);
+        assert!(dir.path().join("keep").exists());
+    }
+}

@@ -1,0 +1,151 @@
+//! vgpud's own record of each device it created or manages: what mdevctl's format cannot hold.
+//! One file per device, `var/lib/vgpud/devices/<uuid>.json`, versioned JSON.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{remove_durable, write_atomic, PersistError, PersistResult};
+use crate::host::Host;
+
+/// The format version of device records.
+pub const VERSION: u32 = 1;
+
+/// What kind of device a record describes. Later kinds (SR-IOV vGPU functions, passthrough
+/// bindings) are added here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceKind {
+    /// A mediated device.
+    Mdev,
+}
+
+/// One device record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    /// Format version ([`VERSION`]).
+    pub version: u32,
+    /// Lowercase UUID.
+    pub uuid: String,
+    /// Kind of device.
+    pub kind: DeviceKind,
+    /// Parent GPU.
+    pub parent: String,
+    /// Type id.
+    pub type_id: String,
+    /// Free owner tag.
+    pub owner: String,
+    /// Creation time, seconds since the Unix epoch.
+    pub created: u64,
+    /// Whether the device has a persistent definition.
+    pub persistent: bool,
+    /// Whether the device is started when its parent appears.
+    pub autostart: bool,
+    /// Vendor parameters given at creation (`nvidia/vgpu_params`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
+}
+
+/// `ROOT/var/lib/vgpud/devices`.
+pub fn dir(host: &Host) -> PathBuf {
+    host.state("devices")
+}
+
+fn path(host: &Host, uuid: &str) -> PathBuf {
+    dir(host).join(format!("{uuid}.json"))
+}
+
+/// Writes a record atomically and durably.
+pub fn write(host: &Host, record: &DeviceRecord) -> PersistResult<()> {
+    let mut text = serde_json::to_string_pretty(record).unwrap_or_default();
+    text.push('\n');
+    write_atomic(&path(host, &record.uuid), text.as_bytes(), 0o600)
+}
+
+/// Removes a record; returns whether it existed.
+pub fn remove(host: &Host, uuid: &str) -> PersistResult<bool> {
+    remove_durable(&path(host, uuid))
+}
+
+/// Reads every record; a record of a newer version or a malformed one is an error, so vgpud
+/// never silently drops what a newer vgpud wrote.
+pub fn read_all(host: &Host) -> PersistResult<Vec<DeviceRecord>> {
+    let dir = dir(host);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(PersistError::Io {
+                action: "listing",
+                path: dir,
+                source,
+            })
+        }
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let file = entry.path();
+        if file.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).map_err(|source| PersistError::Io {
+            action: "reading",
+            path: file.clone(),
+            source,
+        })?;
+        let record: DeviceRecord =
+            serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
+                path: file.clone(),
+                reason: e.to_string(),
+            })?;
+        if record.version > VERSION {
+            return Err(PersistError::Malformed {
+                path: file,
+                reason: format!(
+                    "format version {} is newer than this vgpud's {VERSION}",
+                    record.version
+                ),
+            });
+        }
+        out.push(record);
+    }
+    out.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_newer_versions_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let rec = DeviceRecord {
+            version: VERSION,
+            uuid: "a1b2c3d4-0000-4000-8000-000000000001".into(),
+            kind: DeviceKind::Mdev,
+            parent: "0000:41:00.0".into(),
+            type_id: "nvidia-259".into(),
+            owner: "vm-1".into(),
+            created: 1_700_000_000,
+            persistent: true,
+            autostart: false,
+            params: Some("frame_rate_limiter=0".into()),
+        };
+        write(&host, &rec).expect("write");
+        assert_eq!(read_all(&host).expect("read"), vec![rec.clone()]);
+        let text = fs::read_to_string(path(&host, &rec.uuid)).expect("text");
+        assert!(text.contains("\"kind\": \"mdev\""), "{text}");
+        let newer = DeviceRecord {
+            version: VERSION + 1,
+            ..rec.clone()
+        };
+        write(&host, &newer).expect("write");
+        assert!(read_all(&host).is_err());
+        assert!(remove(&host, &rec.uuid).expect("remove"));
+        assert!(read_all(&host).expect("read").is_empty());
+    }
+}
