@@ -235,3 +235,175 @@ fn owners_survive_a_refresh() {
         Err(EngineError::NotFound(_))
     ));
 }
+
+fn defined(uuid: &str, parent: &str, active: bool, autostart: bool) -> DeviceInfo {
+    DeviceInfo {
+        uuid: uuid.into(),
+        parent: parent.into(),
+        type_id: "t".into(),
+        type_name: "t".into(),
+        owner: String::new(),
+        iommu_group: None,
+        attributes: BTreeMap::new(),
+        active,
+        persistent: true,
+        autostart,
+        created: 0,
+    }
+}
+
+#[test]
+fn the_restore_plan_waits_for_parents_then_starts_by_parent_and_uuid() {
+    let devices = vec![
+        defined("b", "0000:02:00.0", false, true),
+        defined("a", "0000:02:00.0", false, true),
+        defined("c", "0000:01:00.0", false, true),
+        defined("d", "0000:03:00.0", true, true),
+        defined("e", "0000:04:00.0", false, false),
+    ];
+    assert_eq!(
+        plan_restore(&devices),
+        vec![
+            RestoreStep::WaitForParents {
+                stage: Stage::Mdevs,
+                parents: vec!["0000:01:00.0".into(), "0000:02:00.0".into()],
+            },
+            RestoreStep::StartMdev {
+                uuid: "c".into(),
+                parent: "0000:01:00.0".into()
+            },
+            RestoreStep::StartMdev {
+                uuid: "a".into(),
+                parent: "0000:02:00.0".into()
+            },
+            RestoreStep::StartMdev {
+                uuid: "b".into(),
+                parent: "0000:02:00.0".into()
+            },
+        ]
+    );
+    assert!(plan_restore(&[defined("d", "p", true, true)]).is_empty());
+    assert!(Stage::SriovVfs < Stage::MigInstances);
+    assert!(Stage::SriovVgpuTypes < Stage::Mdevs);
+    assert!(Stage::Mdevs < Stage::Passthrough);
+}
+
+mod replay {
+    use super::*;
+    use crate::persist::intent::{self, Intent, Operation};
+    use crate::persist::{mdevctl, state};
+
+    const UUID: &str = "7d7d7d7d-0000-4000-8000-000000000001";
+
+    fn open(host: &Host, operation: Operation) {
+        intent::open(
+            host,
+            &Intent {
+                version: intent::VERSION,
+                uuid: UUID.into(),
+                started: 1,
+                operation,
+            },
+        )
+        .expect("intent");
+    }
+
+    fn create_op(persistent: bool) -> Operation {
+        Operation::Create {
+            parent: None,
+            type_id: None,
+            owner: "vm-x".into(),
+            params: None,
+            persistent,
+            autostart: persistent,
+        }
+    }
+
+    fn setup() -> (tempfile::TempDir, Host) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        simulate::write_profile("mtty", dir.path()).expect("profile");
+        let host = Host::simulated(dir.path());
+        (dir, host)
+    }
+
+    fn sim_create(host: &Host) {
+        host.write_attr(
+            &host.sys("class/mdev_bus/mtty/mdev_supported_types/mtty-1/create"),
+            UUID,
+        )
+        .expect("create");
+    }
+
+    #[test]
+    fn a_create_whose_device_exists_is_completed() {
+        let (_d, host) = setup();
+        open(&host, create_op(true));
+        sim_create(&host);
+        let e = Engine::new(host.clone()).expect("engine");
+        let dev = e.device(UUID).expect("known");
+        assert!(dev.active && dev.persistent && dev.autostart);
+        assert_eq!(dev.owner, "vm-x");
+        assert!(mdevctl::path(&host, "mtty", UUID).exists());
+        assert!(intent::read_all(&host).expect("intents").is_empty());
+    }
+
+    #[test]
+    fn a_create_whose_device_is_missing_is_rolled_back() {
+        let (_d, host) = setup();
+        open(&host, create_op(true));
+        // A definition written before the crash (it cannot be, but replay must not care).
+        mdevctl::write(
+            &host,
+            &mdevctl::Definition {
+                parent: "mtty".into(),
+                uuid: UUID.into(),
+                mdev_type: "mtty-1".into(),
+                autostart: true,
+                attrs: vec![],
+            },
+        )
+        .expect("def");
+        let e = Engine::new(host.clone()).expect("engine");
+        assert!(e.device(UUID).is_none());
+        assert!(!mdevctl::path(&host, "mtty", UUID).exists());
+        assert!(state::read_all(&host).expect("records").is_empty());
+    }
+
+    #[test]
+    fn a_remove_is_always_completed() {
+        let (_d, host) = setup();
+        sim_create(&host);
+        mdevctl::write(
+            &host,
+            &mdevctl::Definition {
+                parent: "mtty".into(),
+                uuid: UUID.into(),
+                mdev_type: "mtty-1".into(),
+                autostart: true,
+                attrs: vec![],
+            },
+        )
+        .expect("def");
+        open(
+            &host,
+            Operation::Remove {
+                parent: "mtty".into(),
+            },
+        );
+        let e = Engine::new(host.clone()).expect("engine");
+        assert!(e.device(UUID).is_none());
+        assert!(!host.sys(&format!("bus/mdev/devices/{UUID}")).exists());
+        assert!(!mdevctl::path(&host, "mtty", UUID).exists());
+    }
+
+    #[test]
+    fn temporaries_of_a_crash_are_swept_and_torn_files_ignored() {
+        let (_d, host) = setup();
+        let dir = mdevctl::base_dir(&host).join("mtty");
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(format!(".{UUID}.vgpud-tmp-9-9")), "{\"mdev_ty").expect("torn");
+        let e = Engine::new(host.clone()).expect("engine");
+        assert!(e.list_devices().is_empty());
+        assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0);
+    }
+}
