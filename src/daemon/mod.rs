@@ -59,6 +59,14 @@ pub enum DaemonError {
     /// The root has no `sys` directory: nothing to manage there.
     #[error("{0} has no sys directory; give --root the root of a host or of a simulated tree (vgpud sim-host)")]
     NoSysfs(PathBuf),
+    /// The simulated kernel could not finish an interrupted operation.
+    #[error("recovering the simulated kernel state under {root}: {source}")]
+    Simulation {
+        /// The host root.
+        root: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
     /// Signal handling could not be set up.
     #[error("setting up signal handling: {0}")]
     Signals(std::io::Error),
@@ -84,6 +92,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         return Err(DaemonError::NoSysfs(config.root.clone()));
     }
     let started = std::time::Instant::now();
+    host.recover_simulation()
+        .map_err(|source| DaemonError::Simulation {
+            root: config.root.clone(),
+            source,
+        })?;
     let engine = {
         let host = host.clone();
         let root = config.root.clone();

@@ -108,6 +108,16 @@ impl Host {
         self.simulator.is_some()
     }
 
+    /// On a simulated host, finishes a simulated kernel operation that a killed process left
+    /// half-done (the real kernel's writes cannot be interrupted that way). Nothing to do on a
+    /// real host.
+    pub fn recover_simulation(&self) -> io::Result<()> {
+        match &self.simulator {
+            Some(sim) => sim.recover(self),
+            None => Ok(()),
+        }
+    }
+
     /// The root directory every path is built from.
     pub fn root(&self) -> &Path {
         &self.root

@@ -342,6 +342,12 @@ impl Daemon {
         self.child.id()
     }
 
+    /// Kills the daemon with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Stops the daemon with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
