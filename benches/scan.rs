@@ -151,7 +151,7 @@ async fn bus_latency(root: &Path, bus: &Bus, rounds: usize) {
         ping.push(ms(t.elapsed()));
         let t = Instant::now();
         let (uuid, _) = manager
-            .create_device("T4-1Q", HashMap::new())
+            .create_device("RTX8000-1Q", HashMap::new())
             .await
             .expect("CreateDevice");
         create.push(ms(t.elapsed()));
@@ -185,6 +185,54 @@ async fn bus_latency(root: &Path, bus: &Bus, rounds: usize) {
         .arg(daemon.id().to_string())
         .status();
     let _ = daemon.wait();
+}
+
+/// Time to reconcile 500 persistent devices at start: after a restart (all active) and after
+/// a reboot (all to be started again from their definitions).
+fn reconcile(root: &Path, rounds: usize) {
+    println!("\n== reconcile 500 persistent devices at start (median of {rounds})");
+    let host = Host::simulated(root);
+    let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
+    for _ in 0..500 {
+        let req = vgpud::engine::CreateRequest {
+            type_query: "RTX8000-1Q".into(),
+            ..Default::default()
+        };
+        engine.create_device(&req).expect("create");
+    }
+    drop(engine);
+    let (mut restart, mut reboot) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
+        let report = engine.restore(Duration::from_secs(5));
+        restart.push(ms(t.elapsed()));
+        assert_eq!(engine.list_devices().len(), 500);
+        assert!(report.started.is_empty());
+        drop(engine);
+
+        for dir in ["sys", "dev", "run"] {
+            std::fs::remove_dir_all(root.join(dir)).expect("clear kernel state");
+        }
+        vgpud::simulate::write_profile("large", root).expect("fresh tree");
+        let t = Instant::now();
+        let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
+        let report = engine.restore(Duration::from_secs(5));
+        reboot.push(ms(t.elapsed()));
+        assert_eq!(report.started.len(), 500, "{:?}", report.failed.first());
+    }
+    println!(
+        "after a restart (500 active, adopted):       {:8.2} ms",
+        median(&mut restart)
+    );
+    println!(
+        "after a reboot (500 started from definitions): {:8.2} ms",
+        median(&mut reboot)
+    );
+    let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
+    for d in engine.list_devices() {
+        engine.remove_device(&d.uuid).expect("remove");
+    }
 }
 
 fn main() {
@@ -232,7 +280,7 @@ fn main() {
     let (mut create, mut remove) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let req = vgpud::engine::CreateRequest {
-            type_query: "T4-1Q".into(),
+            type_query: "RTX8000-1Q".into(),
             ..Default::default()
         };
         let t = Instant::now();
@@ -248,6 +296,8 @@ fn main() {
         median(&mut remove)
     );
     drop(engine);
+
+    reconcile(&root, rounds.min(20));
 
     println!("\n== D-Bus latency, sequential, through a private dbus-daemon");
     let bus = start_bus(dir.path());
