@@ -39,12 +39,49 @@ const PCI_MODELS: &[(u16, u16, &str)] = &[
     (VENDOR_AMD, 0x74a1, "Instinct MI300X"),
 ];
 
+/// Boards told apart only by their PCI subsystem id: (vendor, device, subsystem vendor,
+/// subsystem device, name). pci.ids lists 0x1e30 with subsystem 10de:12ba as Quadro RTX 6000
+/// and 10de:129e as Quadro RTX 8000.
+const PCI_SUBSYSTEM_MODELS: &[(u16, u16, u16, u16, &str)] = &[
+    (
+        VENDOR_NVIDIA,
+        0x1e30,
+        VENDOR_NVIDIA,
+        0x12ba,
+        "Quadro RTX 6000",
+    ),
+    (
+        VENDOR_NVIDIA,
+        0x1e30,
+        VENDOR_NVIDIA,
+        0x129e,
+        "Quadro RTX 8000",
+    ),
+];
+
 /// The marketing name of a PCI device, if vgpud knows it.
 pub fn pci_model_name(vendor: u16, device: u16) -> Option<&'static str> {
     PCI_MODELS
         .iter()
         .find(|(v, d, _)| *v == vendor && *d == device)
         .map(|(_, _, name)| *name)
+}
+
+/// The marketing name of a PCI device, told apart by its subsystem id where boards share a
+/// device id (0x1e30: Quadro RTX 6000 or 8000); otherwise as [`pci_model_name`].
+pub fn pci_model_name_with_subsystem(
+    vendor: u16,
+    device: u16,
+    subsystem_vendor: u16,
+    subsystem_device: u16,
+) -> Option<&'static str> {
+    PCI_SUBSYSTEM_MODELS
+        .iter()
+        .find(|(v, d, sv, sd, _)| {
+            (*v, *d, *sv, *sd) == (vendor, device, subsystem_vendor, subsystem_device)
+        })
+        .map(|(_, _, _, _, name)| *name)
+        .or_else(|| pci_model_name(vendor, device))
 }
 
 /// An NVIDIA time-sliced vGPU type as the driver describes it.
@@ -99,7 +136,8 @@ struct Board {
 /// print 4096x2400; hardware.md §1.3 says this is driver-version dependent).
 const C_RES: (u32, u32) = (4096, 2160);
 
-/// Boards and their type ids: RTX6000 and T4 from the driver-510 type list; A10, A16, A40 from
+/// Boards and their type ids: RTX6000, RTX8000 and T4 from the driver-510 type list (NVIDIA
+/// caps RTX8000-1Q at 32 instances, which the 32-instance cap gives); A10, A16, A40 from
 /// the same list (hardware.md §5.1/5.2); L40S from a real VF dump (§5.3; no C-series ids known);
 /// A100D from §5.4.
 const BOARDS: &[Board] = &[
@@ -131,6 +169,42 @@ const BOARDS: &[Board] = &[
             (442, "GRID RTX6000-8A"),
             (443, "GRID RTX6000-12A"),
             (444, "GRID RTX6000-24A"),
+        ],
+    },
+    Board {
+        fb_gib: 48,
+        cap: 32,
+        c_resolution: C_RES,
+        types: &[
+            (264, "GRID RTX8000-1Q"),
+            (265, "GRID RTX8000-2Q"),
+            (266, "GRID RTX8000-3Q"),
+            (267, "GRID RTX8000-4Q"),
+            (268, "GRID RTX8000-6Q"),
+            (269, "GRID RTX8000-8Q"),
+            (270, "GRID RTX8000-12Q"),
+            (271, "GRID RTX8000-16Q"),
+            (272, "GRID RTX8000-24Q"),
+            (273, "GRID RTX8000-48Q"),
+            (348, "GRID RTX8000-4C"),
+            (349, "GRID RTX8000-6C"),
+            (350, "GRID RTX8000-8C"),
+            (351, "GRID RTX8000-12C"),
+            (352, "GRID RTX8000-16C"),
+            (353, "GRID RTX8000-24C"),
+            (354, "GRID RTX8000-48C"),
+            (445, "GRID RTX8000-1B"),
+            (446, "GRID RTX8000-2B"),
+            (447, "GRID RTX8000-1A"),
+            (448, "GRID RTX8000-2A"),
+            (449, "GRID RTX8000-3A"),
+            (450, "GRID RTX8000-4A"),
+            (451, "GRID RTX8000-6A"),
+            (452, "GRID RTX8000-8A"),
+            (453, "GRID RTX8000-12A"),
+            (454, "GRID RTX8000-16A"),
+            (455, "GRID RTX8000-24A"),
+            (456, "GRID RTX8000-48A"),
         ],
     },
     Board {
@@ -469,6 +543,72 @@ mod tests {
         assert_eq!(pci_model_name(0x8086, 0x3e92), Some("UHD Graphics 630"));
         assert_eq!(pci_model_name(0x10de, 0xffff), None);
         assert_eq!(pci_model_name(0x8086, 0x1eb8), None);
+        let by_sub = pci_model_name_with_subsystem;
+        assert_eq!(
+            by_sub(0x10de, 0x1e30, 0x10de, 0x129e),
+            Some("Quadro RTX 8000")
+        );
+        assert_eq!(
+            by_sub(0x10de, 0x1e30, 0x10de, 0x12ba),
+            Some("Quadro RTX 6000")
+        );
+        assert_eq!(
+            by_sub(0x10de, 0x1e30, 0x1028, 0x0000),
+            Some("Quadro RTX 6000/8000")
+        );
+        assert_eq!(by_sub(0x10de, 0x1eb8, 0x10de, 0x12a2), Some("Tesla T4"));
+        assert_eq!(by_sub(0x10de, 0xffff, 0x10de, 0x129e), None);
+    }
+
+    #[test]
+    fn rtx8000_types_follow_the_510_list() {
+        let types = nvidia_board_types("RTX8000");
+        assert_eq!(types.len(), 29);
+        let ids: Vec<u32> = types.iter().map(|t| t.id).collect();
+        let expected: Vec<u32> = (264..=273).chain(348..=354).chain(445..=456).collect();
+        assert_eq!(ids, expected);
+        let max = |n: &str| {
+            let t = nvidia_type_by_name(&format!("GRID RTX8000-{n}")).expect(n);
+            t.max_instances
+        };
+        let q = [
+            "1Q", "2Q", "3Q", "4Q", "6Q", "8Q", "12Q", "16Q", "24Q", "48Q",
+        ];
+        let per_size = [32, 24, 16, 12, 8, 6, 4, 3, 2, 1];
+        for (p, m) in q.iter().zip(per_size) {
+            assert_eq!(max(p), m, "{p}");
+            assert_eq!(max(&p.replace('Q', "A")), m, "{p} as A");
+        }
+        assert_eq!((max("1B"), max("2B")), (32, 24));
+        let c = ["4C", "6C", "8C", "12C", "16C", "24C", "48C"];
+        for (p, m) in c.iter().zip([12, 8, 6, 4, 3, 2, 1]) {
+            assert_eq!(max(p), m, "{p}");
+        }
+        let t = nvidia_type_by_id(264).expect("1Q");
+        assert_eq!(t.name, "GRID RTX8000-1Q");
+        assert_eq!(
+            t.description(),
+            "num_heads=4, frl_config=60, framebuffer=1024M, max_resolution=5120x2880, max_instance=32\n"
+        );
+        let t = nvidia_type_by_id(273).expect("48Q");
+        assert_eq!(
+            t.description(),
+            "num_heads=4, frl_config=60, framebuffer=49152M, max_resolution=7680x4320, max_instance=1\n"
+        );
+        let b = nvidia_type_by_id(446).expect("2B");
+        assert_eq!((b.heads, b.frl, b.max_resolution), (4, 45, (5120, 2880)));
+        let a = nvidia_type_by_id(456).expect("48A");
+        assert_eq!(
+            (a.name, a.heads, a.frl, a.max_resolution),
+            ("GRID RTX8000-48A", 1, 60, (1280, 1024))
+        );
+        let c = nvidia_type_by_id(348).expect("4C");
+        assert_eq!(
+            (c.name, c.heads, c.frl, c.max_resolution, c.framebuffer_mib),
+            ("GRID RTX8000-4C", 1, 60, (4096, 2160), 4096)
+        );
+        // The T4 rows stay.
+        assert_eq!(nvidia_board_types("T4").len(), 15);
     }
 
     #[test]

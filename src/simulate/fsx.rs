@@ -1,5 +1,8 @@
 //! File-system helpers shared by the simulated kernel and the profiles: relative links,
 //! atomic attribute updates, and existence checks that do not follow links.
+//!
+//! Every helper that changes the tree first calls [`step`], where the unit tests can make the
+//! simulated writer die between any two file operations (see `journal.rs`).
 
 use std::fs;
 use std::io;
@@ -12,6 +15,98 @@ use nix::errno::Errno;
 /// An `io::Error` carrying `errno`, as the kernel returns it from a write.
 pub(crate) fn errno(e: Errno) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
+}
+
+/// A point between two file operations of a simulated write. In unit tests a writer can be
+/// made to die here (see [`crash`]); otherwise it does nothing.
+#[inline]
+pub(crate) fn step() -> io::Result<()> {
+    #[cfg(test)]
+    crash::step()?;
+    Ok(())
+}
+
+/// Whether `e` is the death of the writer staged by [`crash`].
+#[cfg(test)]
+pub(crate) fn is_crash(e: &io::Error) -> bool {
+    crash::is_crash(e)
+}
+
+/// Whether `e` is the death of a writer staged by the unit tests: never, outside them.
+#[cfg(not(test))]
+pub(crate) fn is_crash(_e: &io::Error) -> bool {
+    false
+}
+
+/// Staged deaths of a simulated writer, for the unit tests: after `arm(k)`, the k+1-th
+/// [`step`] of this thread fails with a crash error, and so does every later one until
+/// `disarm()`: a dead process does no more work, not even clean-up.
+#[cfg(test)]
+pub(crate) mod crash {
+    use std::cell::Cell;
+    use std::io;
+
+    thread_local! {
+        static LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+        static DEAD: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The error a staged death produces.
+    #[derive(Debug)]
+    struct Crash;
+
+    impl std::fmt::Display for Crash {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("simulated writer killed")
+        }
+    }
+
+    impl std::error::Error for Crash {}
+
+    /// Lets `k` more steps happen on this thread, then kills the writer.
+    pub(crate) fn arm(k: usize) {
+        LEFT.with(|l| l.set(Some(k)));
+        DEAD.with(|d| d.set(false));
+    }
+
+    /// Stops staging deaths on this thread; returns whether the armed one happened.
+    pub(crate) fn disarm() -> bool {
+        LEFT.with(|l| l.set(None));
+        DEAD.with(|d| d.replace(false))
+    }
+
+    pub(super) fn step() -> io::Result<()> {
+        LEFT.with(|l| match l.get() {
+            Some(0) => {
+                DEAD.with(|d| d.set(true));
+                Err(io::Error::other(Crash))
+            }
+            Some(n) => {
+                l.set(Some(n - 1));
+                Ok(())
+            }
+            None => Ok(()),
+        })
+    }
+
+    pub(super) fn is_crash(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<Crash>())
+    }
+}
+
+/// Creates a directory (its parent must exist).
+pub(crate) fn create_dir(path: &Path) -> io::Result<()> {
+    step()?;
+    fs::create_dir(path)
+}
+
+/// Creates a directory and its parents, unless it exists.
+pub(crate) fn create_dir_all(path: &Path) -> io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    step()?;
+    fs::create_dir_all(path)
 }
 
 /// Whether anything (file, directory, or link, dangling or not) is at `path`.
@@ -47,27 +142,83 @@ pub(crate) fn symlink_rel(link: &Path, target: &Path) -> io::Result<()> {
 pub(crate) fn symlink_exact(link: &Path, content: &Path) -> io::Result<()> {
     match fs::read_link(link) {
         Ok(old) if old == content => return Ok(()),
-        Ok(_) => fs::remove_file(link)?,
+        Ok(_) => {
+            step()?;
+            fs::remove_file(link)?
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
+    step()?;
     std::os::unix::fs::symlink(content, link)
+}
+
+/// `Ok` for success or "already gone".
+fn gone(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Removes a file or link, treating "already gone" as success.
 pub(crate) fn remove_quiet(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+    step()?;
+    gone(fs::remove_file(path))
+}
+
+/// Removes a directory tree (links are removed, never followed), treating "already gone" as
+/// success; one entry at a time, so a writer can die half-way as with `rm -r`.
+pub(crate) fn remove_dir_quiet(path: &Path) -> io::Result<()> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        for name in list(path)? {
+            remove_dir_quiet(&path.join(name))?;
+        }
+        step()?;
+        gone(fs::remove_dir(path))
+    } else {
+        remove_quiet(path)
     }
 }
 
-/// Removes a directory tree, treating "already gone" as success.
-pub(crate) fn remove_dir_quiet(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+/// Removes a directory if it is empty; one that is gone or not empty is left as it is.
+pub(crate) fn remove_empty_dir(path: &Path) -> io::Result<()> {
+    step()?;
+    match fs::remove_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(()),
+        other => other,
     }
+}
+
+/// The prefix and infix of [`write_atomic`]'s temporary files: `.NAME.vgpud-PID-N`.
+fn temp_name(name: &str, pid: u32, n: u64) -> String {
+    format!(".{name}.vgpud-{pid}-{n}")
+}
+
+/// Whether `name` is a temporary file of [`write_atomic`] made by process `pid`.
+fn is_temp_of(name: &str, pid: u32) -> bool {
+    let infix = format!(".vgpud-{pid}-");
+    name.starts_with('.')
+        && name
+            .rsplit_once(&infix)
+            .is_some_and(|(head, n)| head.len() > 1 && n.parse::<u64>().is_ok())
+}
+
+/// Removes the temporary files process `pid` left in `dir` when it died inside
+/// [`write_atomic`].
+pub(crate) fn remove_temps(dir: &Path, pid: u32) -> io::Result<()> {
+    for name in list(dir)? {
+        if is_temp_of(&name, pid) {
+            remove_quiet(&dir.join(name))?;
+        }
+    }
+    Ok(())
 }
 
 /// Replaces the content of the file at `path` atomically (write a sibling, rename over), so a
@@ -85,14 +236,21 @@ pub(crate) fn write_atomic(path: &Path, content: &str, mode: u32) -> io::Result<
         Err(_) => mode,
     };
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.vgpud-{}-{n}", std::process::id()));
+    let tmp = dir.join(temp_name(&name, std::process::id(), n));
+    step()?;
     let result = fs::write(&tmp, content)
+        .and_then(|()| step())
         .and_then(|()| fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)))
+        .and_then(|()| step())
         .and_then(|()| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    match result {
+        Err(e) if is_crash(&e) => Err(e),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+        Ok(()) => Ok(()),
     }
-    result
 }
 
 /// Reads a file if it exists; `None` when it does not or cannot be read.
@@ -151,5 +309,53 @@ mod tests {
         let mode = fs::metadata(&p).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o444);
         assert_eq!(list(dir.path()).expect("list"), vec!["available_instances"]);
+    }
+
+    #[test]
+    fn temporary_files_are_told_apart() {
+        let name = temp_name("available_instances", 42, 7);
+        assert_eq!(name, ".available_instances.vgpud-42-7");
+        assert!(is_temp_of(&name, 42));
+        assert!(!is_temp_of(&name, 4));
+        assert!(!is_temp_of("available_instances", 42));
+        assert!(!is_temp_of(".vgpud-42-7", 42));
+        assert!(!is_temp_of(".x.vgpud-42-", 42));
+        assert!(is_temp_of(&temp_name("a.vgpud-42-1", 42, 3), 42));
+    }
+
+    #[test]
+    fn a_writer_dying_inside_an_atomic_write_leaves_the_old_value() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("vgpu_params");
+        write_atomic(&p, "old", 0o644).expect("create");
+        for k in 0.. {
+            crash::arm(k);
+            let result = write_atomic(&p, "new", 0o644);
+            let died = crash::disarm();
+            if !died {
+                result.expect("write");
+                break;
+            }
+            assert!(is_crash(&result.expect_err("died")));
+            assert_eq!(fs::read_to_string(&p).expect("read"), "old");
+            remove_temps(dir.path(), std::process::id()).expect("sweep");
+            assert_eq!(list(dir.path()).expect("list"), vec!["vgpu_params"]);
+        }
+        assert_eq!(fs::read_to_string(&p).expect("read"), "new");
+    }
+
+    #[test]
+    fn trees_are_removed_without_following_links() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keep = dir.path().join("keep");
+        fs::create_dir_all(keep.join("inner")).expect("mkdir");
+        let gone_dir = dir.path().join("gone");
+        fs::create_dir_all(gone_dir.join("a/b")).expect("mkdir");
+        fs::write(gone_dir.join("a/b/f"), "x").expect("write");
+        std::os::unix::fs::symlink("../keep", gone_dir.join("link")).expect("link");
+        remove_dir_quiet(&gone_dir).expect("rm");
+        assert!(!gone_dir.exists());
+        assert!(keep.join("inner").is_dir());
+        remove_dir_quiet(&gone_dir).expect("already gone");
     }
 }

@@ -9,16 +9,57 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 
 use super::fsx::{self, errno};
+use super::journal::{self, Entry, Op, Pending};
 use super::rules::{self, Change, Vendor};
 use crate::model::normalize_uuid;
 
 /// The kernel's `UUID_STRING_LEN`.
 const UUID_STRING_LEN: usize = 36;
 
-/// Where the simulated host keeps its trees: the canonical root, its `sys`, and its `dev`.
+/// Where the simulated host keeps its trees: the canonical `sys`, the vfio group nodes
+/// (`dev/vfio`), and the simulator's lock and journal (`run/vgpud-simulator`).
 pub(crate) struct Roots {
     pub(crate) sys: PathBuf,
     pub(crate) dev: PathBuf,
+    pub(crate) state: PathBuf,
+}
+
+impl Roots {
+    /// The roots of the host at `root`; fails when `root/sys` does not exist.
+    pub(crate) fn new(root: &Path) -> io::Result<Roots> {
+        Ok(Roots {
+            sys: fs::canonicalize(root.join("sys"))?,
+            dev: root.join("dev/vfio"),
+            state: root.join(journal::STATE_DIR),
+        })
+    }
+}
+
+/// Runs `apply`, an operation whose journal `entry` is written, to its end: on success the
+/// journal goes; on failure the operation is finished as recovery would finish it (a create
+/// undone, a remove completed), and the journal goes once that worked. `keep_going` says
+/// whether a completed recovery turns the failure into success (a remove that recovery
+/// completed did happen). A staged death (unit tests) returns at once, like a dead process.
+fn journaled(
+    roots: &Roots,
+    entry: &Entry,
+    keep_going: bool,
+    apply: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    journal::begin(&roots.state, &roots.sys, entry)?;
+    match apply() {
+        Ok(()) => journal::end(&roots.state),
+        Err(e) if fsx::is_crash(&e) => Err(e),
+        Err(e) => {
+            let finished = finish(roots, entry).and_then(|()| journal::end(&roots.state));
+            match finished {
+                Ok(()) if keep_going => Ok(()),
+                // The error that stopped the operation is what counts; if finishing failed too,
+                // the journal stays for the next write to try again.
+                _ => Err(e),
+            }
+        }
+    }
 }
 
 /// `create_store`: exactly 36 or 37 bytes (the kernel ignores what the 37th byte is, normally
@@ -47,17 +88,33 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
         return Err(errno(vendor.no_capacity()));
     }
 
-    match build(roots, &parent, type_dir, &type_id, &uuid, &vendor) {
-        Ok(()) => rules::refresh(&parent, &vendor, Change::Created),
-        Err(e) => {
-            // Undo whatever was made; the error that stopped the create is what counts.
-            let _ = teardown(roots, &dev_dir);
-            Err(e)
-        }
+    let group = free_group(&roots.sys.join("kernel/iommu_groups"))?;
+    let mut entry = Entry::device(Op::Create, &uuid, &parent);
+    entry.type_id = Some(type_id.clone());
+    entry.group = Some(group.to_string());
+    entry.driver = Some(vendor.mdev_driver().to_string());
+    entry.avail = rules::counters(&parent, &vendor)?;
+    // Directories a tree may lack, which the create makes and an undo must take away again.
+    for dir in [
+        roots
+            .sys
+            .join("bus/mdev/drivers")
+            .join(vendor.mdev_driver()),
+        roots.dev.clone(),
+        type_dir.join("devices"),
+        roots.sys.join("bus/mdev/devices"),
+    ] {
+        missing_dirs(&dir, &mut entry.made);
     }
+    journaled(roots, &entry, false, || {
+        build(roots, &parent, type_dir, &type_id, &uuid, &vendor, group)?;
+        rules::refresh(&parent, &vendor, Change::Created)
+    })
 }
 
 /// Makes the device: its directory and links, then the entries that publish it elsewhere.
+/// Every entry outside the device directory is made after the device's own link that names
+/// it, so [`teardown`] finds everything from the device directory alone.
 fn build(
     roots: &Roots,
     parent: &Path,
@@ -65,15 +122,15 @@ fn build(
     type_id: &str,
     uuid: &str,
     vendor: &Vendor,
+    group: u32,
 ) -> io::Result<()> {
     let sys = &roots.sys;
-    let group = free_group(&sys.join("kernel/iommu_groups"))?;
     let group_dir = sys.join("kernel/iommu_groups").join(group.to_string());
     let driver = vendor.mdev_driver();
     let driver_dir = sys.join("bus/mdev/drivers").join(driver);
     let dev_dir = parent.join(uuid);
 
-    fs::create_dir(&dev_dir)?;
+    fsx::create_dir(&dev_dir)?;
     fsx::write_atomic(&dev_dir.join("remove"), "", 0o200)?;
     fsx::write_atomic(
         &dev_dir.join("uevent"),
@@ -89,19 +146,19 @@ fn build(
     fsx::symlink_rel(&dev_dir.join("subsystem"), &sys.join("bus/mdev"))?;
     vendor_attributes(parent, &dev_dir, uuid, vendor)?;
 
-    fs::create_dir_all(group_dir.join("devices"))?;
+    fsx::create_dir_all(&group_dir.join("devices"))?;
     fsx::symlink_rel(&group_dir.join("devices").join(uuid), &dev_dir)?;
-    fs::create_dir_all(&roots.dev)?;
+    fsx::create_dir_all(&roots.dev)?;
     fsx::write_atomic(&roots.dev.join(group.to_string()), "", 0o600)?;
-    fs::create_dir_all(&driver_dir)?;
+    fsx::create_dir_all(&driver_dir)?;
     fsx::symlink_rel(&driver_dir.join(uuid), &dev_dir)?;
-    fs::create_dir_all(type_dir.join("devices"))?;
+    fsx::create_dir_all(&type_dir.join("devices"))?;
     fsx::symlink_exact(
         &type_dir.join("devices").join(uuid),
         &Path::new("../../..").join(uuid),
     )?;
     let bus_devices = sys.join("bus/mdev/devices");
-    fs::create_dir_all(&bus_devices)?;
+    fsx::create_dir_all(&bus_devices)?;
     fsx::symlink_rel(&bus_devices.join(uuid), &dev_dir)
 }
 
@@ -110,7 +167,7 @@ fn build(
 fn vendor_attributes(parent: &Path, dev_dir: &Path, uuid: &str, vendor: &Vendor) -> io::Result<()> {
     match vendor {
         Vendor::Nvidia => {
-            fs::create_dir(dev_dir.join("nvidia"))?;
+            fsx::create_dir(&dev_dir.join("nvidia"))?;
             fsx::write_atomic(&dev_dir.join("nvidia/vgpu_params"), "", 0o644)
         }
         Vendor::Gvtg => {
@@ -122,7 +179,7 @@ fn vendor_attributes(parent: &Path, dev_dir: &Path, uuid: &str, vendor: &Vendor)
                 }
             }
             let id = (1..).find(|n| !used.contains(n)).unwrap_or(1);
-            fs::create_dir(dev_dir.join("intel_vgpu"))?;
+            fsx::create_dir(&dev_dir.join("intel_vgpu"))?;
             fsx::write_atomic(
                 &dev_dir.join("intel_vgpu/vgpu_id"),
                 &format!("{id}\n"),
@@ -130,7 +187,7 @@ fn vendor_attributes(parent: &Path, dev_dir: &Path, uuid: &str, vendor: &Vendor)
             )
         }
         Vendor::Mtty => {
-            fs::create_dir(dev_dir.join("vendor"))?;
+            fsx::create_dir(&dev_dir.join("vendor"))?;
             fsx::write_atomic(
                 &dev_dir.join("vendor/sample_mdev_dev"),
                 &format!("This is MDEV {uuid}\n"),
@@ -139,6 +196,20 @@ fn vendor_attributes(parent: &Path, dev_dir: &Path, uuid: &str, vendor: &Vendor)
         }
         Vendor::Other(_) => Ok(()),
     }
+}
+
+/// Adds `dir` and those of its ancestors that do not exist to `made`, outermost first.
+fn missing_dirs(dir: &Path, made: &mut Vec<PathBuf>) {
+    let mut missing = Vec::new();
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if fsx::exists_nofollow(p) || made.iter().any(|m| m == p) {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        d = p.parent();
+    }
+    made.extend(missing.into_iter().rev());
 }
 
 /// The lowest unused IOMMU group number (the kernel allocates groups with an IDA).
@@ -159,43 +230,109 @@ pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<(
     }
     let parent = dev_dir.parent().ok_or_else(|| errno(Errno::EINVAL))?;
     let vendor = Vendor::of(parent)?;
-    teardown(roots, dev_dir)?;
-    rules::refresh(parent, &vendor, Change::Removed)
+    let mut entry = Entry::device(Op::Remove, &name_of(dev_dir)?, parent);
+    entry.type_id = fsx::link_basename(&dev_dir.join("mdev_type"));
+    entry.group = fsx::link_basename(&dev_dir.join("iommu_group"));
+    entry.driver = fsx::link_basename(&dev_dir.join("driver"));
+    entry.avail = rules::counters(parent, &vendor)?;
+    journaled(roots, &entry, true, || {
+        teardown(roots, &entry)?;
+        rules::refresh(parent, &vendor, Change::Removed)
+    })
 }
 
-/// Undoes everything [`build`] made, reading what to undo from the device's own links.
-/// Missing pieces are skipped, so this also cleans up after a half-made device.
-fn teardown(roots: &Roots, dev_dir: &Path) -> io::Result<()> {
-    let sys = &roots.sys;
-    let uuid = name_of(dev_dir)?;
-    let parent = dev_dir.parent().ok_or_else(|| errno(Errno::EINVAL))?;
-    let type_id = fsx::link_basename(&dev_dir.join("mdev_type"));
-    let group = fsx::link_basename(&dev_dir.join("iommu_group"));
-    let driver = fsx::link_basename(&dev_dir.join("driver"));
+/// A plain attribute write: the value replaces the content, published by a rename so that no
+/// reader (and no death of the writer) ever sees half of it; never creates a file.
+pub(crate) fn write_plain(roots: &Roots, path: &Path, value: &str) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::metadata(path)?;
+    if meta.is_dir() {
+        return Err(errno(Errno::EISDIR));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o222 == 0 {
+        return Err(errno(Errno::EACCES));
+    }
+    journaled(roots, &Entry::write(path), false, || {
+        fsx::write_atomic(path, value, mode & 0o7777)
+    })
+}
 
-    fsx::remove_quiet(&sys.join("bus/mdev/devices").join(&uuid))?;
+/// Undoes everything [`build`] made for the device of `entry`, reading what to undo from the
+/// device's own links, else from the journal entry. Missing pieces are skipped, so this also
+/// cleans up after a half-made or half-removed device.
+fn teardown(roots: &Roots, entry: &Entry) -> io::Result<()> {
+    let sys = &roots.sys;
+    let uuid = &entry.uuid;
+    let parent = &entry.parent;
+    let dev_dir = parent.join(uuid);
+    let known = |link: &str, hint: &Option<String>| {
+        fsx::link_basename(&dev_dir.join(link)).or_else(|| hint.clone())
+    };
+    let type_id = known("mdev_type", &entry.type_id);
+    let group = known("iommu_group", &entry.group);
+    let driver = known("driver", &entry.driver);
+
+    fsx::remove_quiet(&sys.join("bus/mdev/devices").join(uuid))?;
     if let Some(t) = type_id {
         fsx::remove_quiet(
             &parent
                 .join("mdev_supported_types")
                 .join(t)
                 .join("devices")
-                .join(&uuid),
+                .join(uuid),
         )?;
     }
     if let Some(d) = driver {
-        fsx::remove_quiet(&sys.join("bus/mdev/drivers").join(d).join(&uuid))?;
+        fsx::remove_quiet(&sys.join("bus/mdev/drivers").join(d).join(uuid))?;
     }
     if let Some(g) = group {
         let group_dir = sys.join("kernel/iommu_groups").join(&g);
-        fsx::remove_quiet(&group_dir.join("devices").join(&uuid))?;
+        fsx::remove_quiet(&group_dir.join("devices").join(uuid))?;
         if fsx::list(&group_dir.join("devices"))?.is_empty() {
             // The group dies with its last device, and so does its vfio node.
             fsx::remove_dir_quiet(&group_dir)?;
             fsx::remove_quiet(&roots.dev.join(&g))?;
         }
     }
-    fsx::remove_dir_quiet(dev_dir)
+    fsx::remove_dir_quiet(&dev_dir)
+}
+
+/// Finishes an operation its writer did not: a create is undone (the write never returned, so
+/// it never happened), a remove completed, a plain write's temporary file removed; then the
+/// parent's `available_instances` are recomputed.
+fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
+    match entry.op {
+        Op::Write => match entry.path.parent() {
+            Some(dir) => fsx::remove_temps(dir, entry.pid),
+            None => Ok(()),
+        },
+        Op::Create | Op::Remove => {
+            teardown(roots, entry)?;
+            for dir in entry.made.iter().rev() {
+                fsx::remove_empty_dir(dir)?;
+            }
+            let parent = &entry.parent;
+            for t in rules::types(parent)? {
+                fsx::remove_temps(&t.dir, entry.pid)?;
+            }
+            fsx::remove_temps(&roots.dev, entry.pid)?;
+            let vendor = Vendor::of(parent)?;
+            rules::settle(parent, &vendor, &entry.avail, entry.op == Op::Remove)
+        }
+    }
+}
+
+/// Finishes the operation the journal of the tree names, if any, and deletes the journal.
+/// Called with the simulator's lock held, before anything else touches the tree.
+pub(crate) fn recover(roots: &Roots) -> io::Result<()> {
+    match journal::pending(&roots.state, &roots.sys)? {
+        Pending::None => return Ok(()),
+        // Cut short while being written: no side effect had started.
+        Pending::Torn => {}
+        Pending::Entry(entry) => finish(roots, &entry)?,
+    }
+    journal::end(&roots.state)
 }
 
 fn name_of(path: &Path) -> io::Result<String> {

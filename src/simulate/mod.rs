@@ -4,8 +4,15 @@
 //!
 //! The simulator keeps no state: every decision is derived from the tree, so it works on any
 //! tree with the real layout (a profile, a copy of a real host's sysfs, a tree another process
-//! changed). Side effects are serialized by one process-wide lock, the counterpart of the
-//! kernel's mdev lock.
+//! changed). Side effects are serialized by a lock shared by every process working on the tree
+//! (`flock` on `ROOT/run/vgpud-simulator/lock`, inside a process-wide mutex), the counterpart
+//! of the kernel's mdev lock.
+//!
+//! A simulated write is atomic like a syscall, even when the writing process is killed in the
+//! middle of its side effects: a journal (`ROOT/run/vgpud-simulator/journal`, see
+//! `journal.rs`) names the operation in flight, and whoever takes the lock next (any write, or
+//! [`Simulator::recover`] at start-up) undoes a create, completes a remove, or drops a plain
+//! write's temporary file, then recomputes the parent's `available_instances`.
 //!
 //! What a write does (hardware.md §1):
 //! - `<parent>/mdev_supported_types/<type>/create`: 36 or 37 bytes else `EINVAL`; a malformed
@@ -18,22 +25,19 @@
 //!   `<type>/devices/<uuid>`, all links relative; then `available_instances` of every type of
 //!   the parent is recomputed.
 //! - `<mdev>/remove`: parsed as `kstrtoul`, `0` is a no-op, other numbers undo all of the above.
-//! - any other file: the value is stored as written (`ENOENT` when the file does not exist,
-//!   `EISDIR` for a directory, `EACCES` for a file without write permission bits, as kernfs
-//!   refuses writes to attributes with no store method).
+//! - any other file: the value is stored as written, replacing the file by a rename (`ENOENT`
+//!   when the file does not exist, `EISDIR` for a directory, `EACCES` for a file without write
+//!   permission bits, as kernfs refuses writes to attributes with no store method).
 
 mod fsx;
+mod journal;
 mod kernel;
 mod profiles;
 mod rules;
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
-
-use nix::errno::Errno;
 
 use crate::host::Host;
 
@@ -61,10 +65,6 @@ pub enum SimError {
     },
 }
 
-/// The kernel's mdev lock: serializes every simulated write and its side effects, across all
-/// simulators of the process (two hosts on the same tree share it too).
-static MDEV_LOCK: Mutex<()> = Mutex::new(());
-
 /// Applies the kernel's side effects of writes below `ROOT/sys` on a simulated host.
 #[derive(Debug, Default)]
 pub struct Simulator {}
@@ -83,21 +83,55 @@ impl Simulator {
     }
 
     /// Performs a write to `path` as the kernel would, with its side effects, or fails with
-    /// the errno the kernel would return.
+    /// the errno the kernel would return. Takes the tree's lock and first finishes an
+    /// operation a killed writer left half-done (see [`Simulator::recover`]).
     pub fn write(&self, host: &Host, path: &Path, value: &str) -> io::Result<()> {
-        let _guard = MDEV_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        let root = host.root();
+        let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
+        recover_locked(root)?;
+        let roots = kernel::Roots::new(root)?;
         // Writes may come through links (sys/bus/mdev/devices/<uuid>/remove).
         let resolved = fs::canonicalize(path)?;
-        let roots = kernel::Roots {
-            sys: fs::canonicalize(host.sys(""))?,
-            dev: host.dev("vfio"),
-        };
         match classify(resolved) {
             Target::Create(type_dir) => kernel::create(&roots, &type_dir, value),
             Target::Remove(dev_dir) => kernel::remove(&roots, &dev_dir, value),
-            Target::Plain(file) => write_plain(&file, value),
+            Target::Plain(file) => kernel::write_plain(&roots, &file, value),
         }
     }
+
+    /// Finishes the simulated write a killed process left half-done on the host's tree, as
+    /// if the kernel had run it to the end: a create is undone (whatever part of the device
+    /// exists is torn down), a remove is completed, a plain write keeps the old or the new
+    /// value whole; then the parent's `available_instances` are recomputed and the journal is
+    /// deleted. Does nothing when no write was interrupted. Every [`Simulator::write`] does
+    /// this first; a daemon calls it once at start, before it reads the tree.
+    pub fn recover(&self, host: &Host) -> io::Result<()> {
+        let root = host.root();
+        let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
+        recover_locked(root)
+    }
+}
+
+/// [`Simulator::recover`] with the lock held. A journal left on a root without `sys` (the tree
+/// it spoke of is gone) is dropped.
+pub(crate) fn recover_locked(root: &Path) -> io::Result<()> {
+    let state = root.join(journal::STATE_DIR);
+    if !journal::exists(&state) {
+        return Ok(());
+    }
+    match kernel::Roots::new(root) {
+        Ok(roots) => kernel::recover(&roots),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => journal::end(&state),
+        Err(e) => Err(e),
+    }
+}
+
+/// Takes the simulator's lock of the tree at `root`, for writers other than [`Simulator`]
+/// (the profiles), and finishes an interrupted write first.
+pub(crate) fn lock_tree(root: &Path) -> io::Result<journal::Guard> {
+    let guard = journal::lock(&root.join(journal::STATE_DIR))?;
+    recover_locked(root)?;
+    Ok(guard)
 }
 
 fn classify(path: PathBuf) -> Target {
@@ -117,21 +151,7 @@ fn classify(path: PathBuf) -> Target {
     }
 }
 
-/// A plain attribute write: the value replaces the content; never creates a file.
-fn write_plain(path: &Path, value: &str) -> io::Result<()> {
-    let meta = fs::metadata(path)?;
-    if meta.is_dir() {
-        return Err(fsx::errno(Errno::EISDIR));
-    }
-    if meta.permissions().mode() & 0o222 == 0 {
-        return Err(fsx::errno(Errno::EACCES));
-    }
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)?;
-    f.write_all(value.as_bytes())
-}
-
+#[cfg(test)]
+mod crash_tests;
 #[cfg(test)]
 mod tests;

@@ -145,10 +145,53 @@ pub(crate) fn refresh(parent: &Path, vendor: &Vendor, change: Change) -> io::Res
             (None, Change::Removed) => old.unwrap_or(0).saturating_add(1),
             (None, Change::None) => continue,
         };
-        let text = format!("{new}\n");
-        if current.as_deref() != Some(text.as_str()) {
-            fsx::write_atomic(&t.dir.join("available_instances"), &text, 0o444)?;
-        }
+        store(&t, current.as_deref(), new)?;
+    }
+    Ok(())
+}
+
+/// Writes `new` to the type's `available_instances` unless it already says so.
+fn store(t: &TypeState, current: Option<&str>, new: u32) -> io::Result<()> {
+    let text = format!("{new}\n");
+    if current != Some(text.as_str()) {
+        fsx::write_atomic(&t.dir.join("available_instances"), &text, 0o444)?;
+    }
+    Ok(())
+}
+
+/// The `available_instances` the files hold, per type, where the rule cannot tell them (the
+/// counter model of unknown vendors): what recovery needs to put the counts back.
+pub(crate) fn counters(parent: &Path, vendor: &Vendor) -> io::Result<Vec<(String, u32)>> {
+    Ok(compute(parent, vendor)?
+        .into_iter()
+        .filter(|(_, value)| value.is_none())
+        .map(|(t, _)| {
+            let n = read_available(&t.dir);
+            (t.id, n)
+        })
+        .collect())
+}
+
+/// `available_instances` after an interrupted operation is finished: the rule's value where it
+/// tells; otherwise the count recorded before the operation (`before`, from [`counters`]), one
+/// up when the operation was a remove (now complete), unchanged for a create (now undone).
+pub(crate) fn settle(
+    parent: &Path,
+    vendor: &Vendor,
+    before: &[(String, u32)],
+    removed: bool,
+) -> io::Result<()> {
+    for (t, value) in compute(parent, vendor)? {
+        let new = match value {
+            Some(v) => v,
+            None => match before.iter().find(|(id, _)| *id == t.id) {
+                Some((_, n)) if removed => n.saturating_add(1),
+                Some((_, n)) => *n,
+                None => continue,
+            },
+        };
+        let current = fsx::read_opt(&t.dir.join("available_instances"));
+        store(&t, current.as_deref(), new)?;
     }
     Ok(())
 }

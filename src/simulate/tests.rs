@@ -10,15 +10,15 @@ use nix::errno::Errno;
 
 use super::*;
 
-const GPU0: &str = "sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0";
-const GPU1: &str = "sys/devices/pci0000:d7/0000:d7:00.0/0000:d8:00.0";
-const IGPU: &str = "sys/devices/pci0000:00/0000:00:02.0";
-const MTTY: &str = "sys/devices/virtual/mtty/mtty";
+pub(super) const GPU0: &str = "sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0";
+pub(super) const GPU1: &str = "sys/devices/pci0000:d7/0000:d7:00.0/0000:d8:00.0";
+pub(super) const IGPU: &str = "sys/devices/pci0000:00/0000:00:02.0";
+pub(super) const MTTY: &str = "sys/devices/virtual/mtty/mtty";
 
-const U1: &str = "11111111-2222-4333-8444-555555555555";
-const U2: &str = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
+pub(super) const U1: &str = "11111111-2222-4333-8444-555555555555";
+pub(super) const U2: &str = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
 
-fn host(profile: &str) -> (tempfile::TempDir, Host) {
+pub(super) fn host(profile: &str) -> (tempfile::TempDir, Host) {
     let dir = tempfile::tempdir().expect("tempdir");
     write_profile(profile, dir.path()).expect("profile");
     let host = Host::simulated(dir.path());
@@ -27,7 +27,7 @@ fn host(profile: &str) -> (tempfile::TempDir, Host) {
 
 /// Every path below the root with what it is: a directory, a link and its target, or a file
 /// with its mode and content.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
+pub(super) fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
         let mut entries: Vec<_> = fs::read_dir(dir)
             .expect("read_dir")
@@ -57,7 +57,7 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-fn type_path(host: &Host, parent: &str, type_id: &str, file: &str) -> PathBuf {
+pub(super) fn type_path(host: &Host, parent: &str, type_id: &str, file: &str) -> PathBuf {
     host.root()
         .join(parent)
         .join("mdev_supported_types")
@@ -65,24 +65,29 @@ fn type_path(host: &Host, parent: &str, type_id: &str, file: &str) -> PathBuf {
         .join(file)
 }
 
-fn create(host: &Host, parent: &str, type_id: &str, uuid: &str) -> Result<(), Option<i32>> {
+pub(super) fn create(
+    host: &Host,
+    parent: &str,
+    type_id: &str,
+    uuid: &str,
+) -> Result<(), Option<i32>> {
     host.write_attr(&type_path(host, parent, type_id, "create"), uuid)
         .map_err(|e| e.errno())
 }
 
-fn remove(host: &Host, uuid: &str) -> Result<(), Option<i32>> {
+pub(super) fn remove(host: &Host, uuid: &str) -> Result<(), Option<i32>> {
     host.write_attr(&host.sys(&format!("bus/mdev/devices/{uuid}/remove")), "1\n")
         .map_err(|e| e.errno())
 }
 
-fn avail(host: &Host, parent: &str, type_id: &str) -> u32 {
+pub(super) fn avail(host: &Host, parent: &str, type_id: &str) -> u32 {
     let s = fs::read_to_string(type_path(host, parent, type_id, "available_instances"))
         .expect("available_instances");
     assert!(s.ends_with('\n'), "{s:?} has no newline");
     s.trim().parse().expect("number")
 }
 
-fn e(errno: Errno) -> Result<(), Option<i32>> {
+pub(super) fn e(errno: Errno) -> Result<(), Option<i32>> {
     Err(Some(errno as i32))
 }
 
@@ -437,7 +442,7 @@ fn concurrent_creates_never_exceed_max_instance() {
 }
 
 /// Every mdev parent of a tree and the `available_instances` of its types.
-fn all_available(host: &Host) -> BTreeMap<(String, String), String> {
+pub(super) fn all_available(host: &Host) -> BTreeMap<(String, String), String> {
     let mut out = BTreeMap::new();
     for parent in host.list_dir(&host.sys("class/mdev_bus")).expect("list") {
         let dir = host
@@ -561,6 +566,16 @@ fn profiles_have_the_documented_layout() {
     ] {
         assert!(host.root().join(d).is_dir(), "{d}");
     }
+    // mdevctl 1.4 needs these below its MDEVCTL_ENV_ROOT; they start empty.
+    for d in [
+        "etc/mdevctl.d",
+        "usr/lib/mdevctl/scripts.d/callouts",
+        "usr/lib/mdevctl/scripts.d/notifiers",
+    ] {
+        let p = host.root().join(d);
+        assert!(p.is_dir(), "{d}");
+        assert!(host.list_dir(&p).expect("list").is_empty(), "{d}");
+    }
     // Every link in the tree is relative and resolves.
     for (path, what) in snapshot(dir.path()) {
         if let Some(target) = what.strip_prefix("-> ") {
@@ -582,17 +597,17 @@ fn the_large_profile_has_sixteen_gpus_on_two_nodes() {
     let mut per_node = BTreeMap::new();
     for p in &parents {
         let dev = host.sys(&format!("bus/pci/devices/{p}"));
+        let attr = |name: &str| host.read_attr(&dev.join(name)).expect(name);
+        assert_eq!(attr("vendor"), "0x10de");
+        assert_eq!(attr("device"), "0x1e30");
+        assert_eq!(attr("subsystem_vendor"), "0x10de");
+        assert_eq!(attr("subsystem_device"), "0x129e");
+        assert_eq!(attr("class"), "0x030000");
         assert_eq!(
-            host.read_attr(&dev.join("device")).expect("device"),
-            "0x1eb8"
+            host.link_name(&dev.join("driver")).expect("driver"),
+            Some("nvidia".into())
         );
-        assert_eq!(
-            host.read_attr(&dev.join("class")).expect("class"),
-            "0x030200"
-        );
-        *per_node
-            .entry(host.read_attr(&dev.join("numa_node")).expect("numa"))
-            .or_insert(0) += 1;
+        *per_node.entry(attr("numa_node")).or_insert(0) += 1;
     }
     assert_eq!(per_node.get("0"), Some(&8));
     assert_eq!(per_node.get("1"), Some(&8));
@@ -600,9 +615,66 @@ fn the_large_profile_has_sixteen_gpus_on_two_nodes() {
         .resolve(&host.sys("bus/pci/devices/0000:1a:00.0"))
         .expect("resolve");
     assert!(gpu.ends_with("pci0000:17/0000:17:00.0/0000:18:00.0/0000:19:08.0/0000:1a:00.0"));
+    assert_eq!(
+        host.link_name(&gpu.join("iommu_group")).expect("group"),
+        Some("26".into())
+    );
+    let last = host
+        .resolve(&host.sys("bus/pci/devices/0000:b4:00.0"))
+        .expect("resolve");
+    assert!(last.ends_with("pci0000:ae/0000:ae:00.0/0000:af:00.0/0000:b0:0b.0/0000:b4:00.0"));
+    assert_eq!(host.read_attr(&last.join("numa_node")).expect("numa"), "1");
     let path = format!("{}", gpu.display());
-    assert_eq!(avail(&host, &path, "nvidia-230"), 16); // T4-1Q
-    assert_eq!(avail(&host, &path, "nvidia-234"), 1); // T4-16Q
+    let types = host
+        .list_dir(&gpu.join("mdev_supported_types"))
+        .expect("types");
+    assert_eq!(types.len(), 29);
+    assert_eq!(
+        host.read_attr(&type_path(&host, &path, "nvidia-264", "name"))
+            .expect("name"),
+        "GRID RTX8000-1Q"
+    );
+    assert_eq!(avail(&host, &path, "nvidia-264"), 32); // 1Q
+    assert_eq!(avail(&host, &path, "nvidia-265"), 24); // 2Q
+    assert_eq!(avail(&host, &path, "nvidia-273"), 1); // 48Q
+    assert_eq!(avail(&host, &path, "nvidia-348"), 12); // 4C
+    assert_eq!(avail(&host, &path, "nvidia-445"), 32); // 1B
+    assert_eq!(avail(&host, &path, "nvidia-456"), 1); // 48A
+}
+
+#[test]
+fn the_large_profile_holds_512_devices() {
+    let (_dir, host) = host("large");
+    let parents = host.list_dir(&host.sys("class/mdev_bus")).expect("list");
+    let started = std::time::Instant::now();
+    for (g, p) in parents.iter().enumerate() {
+        let dir = host
+            .resolve(&host.sys(&format!("class/mdev_bus/{p}")))
+            .expect("parent");
+        let path = format!("{}", dir.display());
+        for i in 0..32 {
+            let uuid = format!("{g:08x}-0000-4000-8000-{i:012x}");
+            create(&host, &path, "nvidia-264", &uuid).expect("1Q");
+        }
+        assert_eq!(avail(&host, &path, "nvidia-264"), 0);
+        assert_eq!(avail(&host, &path, "nvidia-445"), 0); // 1B, the same size
+        assert_eq!(
+            create(
+                &host,
+                &path,
+                "nvidia-264",
+                "ffffffff-0000-4000-8000-000000000000"
+            ),
+            e(Errno::ENOSPC)
+        );
+    }
+    let devices = host.list_dir(&host.sys("bus/mdev/devices")).expect("list");
+    assert_eq!(devices.len(), 512);
+    assert!(
+        started.elapsed().as_secs() < 120,
+        "512 creates took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -667,4 +739,62 @@ fn profiles_compose_and_rewrite_idempotently() {
     assert_eq!(avail(&host, GPU0, "nvidia-256"), 0);
     remove(&host, U1).expect("remove");
     assert_eq!(avail(&host, GPU0, "nvidia-256"), 24);
+}
+
+#[test]
+fn a_simulated_reboot_keeps_configuration_and_state() {
+    let (dir, host) = host("mixed");
+    let root = dir.path();
+    create(&host, GPU0, "nvidia-259", U1).expect("create");
+    create(&host, MTTY, "mtty-2", U2).expect("create");
+    // What mdevctl and vgpud keep across reboots.
+    let definition = root.join("etc/mdevctl.d/0000:3b:00.0").join(U1);
+    fs::create_dir_all(definition.parent().expect("dir")).expect("mkdir");
+    let json = "{\"mdev_type\":\"nvidia-259\",\"start\":\"auto\",\"attrs\":[]}\n";
+    fs::write(&definition, json).expect("write");
+    fs::set_permissions(&definition, fs::Permissions::from_mode(0o600)).expect("chmod");
+    let record = root.join("var/lib/vgpud/x");
+    fs::write(&record, "state\n").expect("write");
+    let kept = |p: &Path| {
+        let meta = fs::metadata(p).expect("meta");
+        (
+            fs::read_to_string(p).expect("read"),
+            meta.permissions().mode() & 0o7777,
+            meta.modified().expect("mtime"),
+            std::os::unix::fs::MetadataExt::ino(&meta),
+        )
+    };
+    let (definition_before, record_before) = (kept(&definition), kept(&record));
+    let etc_before = snapshot(&root.join("etc"));
+    let var_before = snapshot(&root.join("var"));
+
+    // Reboot: the kernel's trees and run/ are gone; the profile is written again.
+    for d in ["sys", "dev", "run"] {
+        fs::remove_dir_all(root.join(d)).expect("rm");
+    }
+    write_profile("mixed", root).expect("profile after reboot");
+
+    assert_eq!(kept(&definition), definition_before);
+    assert_eq!(kept(&record), record_before);
+    assert_eq!(snapshot(&root.join("etc")), etc_before);
+    assert_eq!(snapshot(&root.join("var")), var_before);
+    // The kernel side is fresh: no devices, every count back at its start.
+    let fresh = tempfile::tempdir().expect("tempdir");
+    write_profile("mixed", fresh.path()).expect("fresh profile");
+    for d in ["sys", "dev", "run"] {
+        assert_eq!(
+            snapshot(&root.join(d)),
+            snapshot(&fresh.path().join(d)),
+            "{d}"
+        );
+    }
+    assert!(host
+        .list_dir(&host.sys("bus/mdev/devices"))
+        .expect("list")
+        .is_empty());
+    assert_eq!(avail(&host, GPU0, "nvidia-256"), 24);
+    assert_eq!(avail(&host, MTTY, "mtty-1"), 24);
+    // And the host works as before.
+    create(&host, GPU0, "nvidia-259", U1).expect("create after reboot");
+    assert_eq!(avail(&host, GPU0, "nvidia-259"), 5);
 }

@@ -4,7 +4,14 @@
 //! Profiles use disjoint PCI addresses and IOMMU group numbers, so several can be written into
 //! the same root; writing one twice is harmless. Every profile also writes the common platform
 //! (host bridge, a root port, a dual-port NIC, the bus and driver directories, and the `etc/`,
-//! `run/`, `var/lib/vgpud`, `dev/vfio` directories).
+//! `run/`, `var/lib/vgpud`, `dev/vfio` directories, plus the `etc/mdevctl.d` and
+//! `usr/lib/mdevctl/scripts.d/{callouts,notifiers}` directories mdevctl 1.4 requires under its
+//! `MDEVCTL_ENV_ROOT`).
+//!
+//! A profile never changes or deletes files outside `sys/`, `dev/` and the simulator's own
+//! `run/vgpud-simulator/` (its lock, and the journal of a write it finishes first): writing it
+//! again into a root whose `sys`, `dev` and `run` were deleted (a simulated reboot) gives a
+//! fresh `sys` tree and keeps `etc/` and `var/lib/` as they were.
 
 mod intel;
 mod mtty;
@@ -33,7 +40,7 @@ const PROFILES: &[(&str, &str)] = &[
     ("mixed", "nvidia-turing, intel-gvtg and mtty on one host"),
     (
         "large",
-        "sixteen Tesla T4 (16 GB, Turing) behind four PCIe switches on two NUMA nodes",
+        "sixteen Quadro RTX 8000 (48 GB, Turing; up to 512 vGPUs) behind four PCIe switches on two NUMA nodes",
     ),
 ];
 
@@ -58,6 +65,11 @@ pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
         });
     }
     let tree = tree::Tree::new(root)?;
+    // Serialize with simulated writes on the same tree (another process may be running on it).
+    let _guard = super::lock_tree(tree.root()).map_err(|source| SimError::Io {
+        path: tree.root().to_path_buf(),
+        source,
+    })?;
     platform::write(&tree)?;
     match name {
         "nvidia-turing" => nvidia::turing(&tree),

@@ -14,11 +14,14 @@
 //!
 //! Each GPU offers the 23 RTX6000 types of the catalog (`nvidia-256` … `nvidia-444`).
 //!
-//! `large`: sixteen Tesla T4 (10de:1eb8, subsystem 10de:12a2, 3D class) behind four PLX
-//! PEX 8747 switches (10b5:8747). Complex k (root bus R = 0x17, 0x5d on NUMA 0; 0x85, 0xae on
-//! NUMA 1) is `pciDDDD:R/R:00.0` (root port) → `R+1:00.0` (switch upstream port) →
-//! `R+2:08.0 … R+2:0b.0` (downstream ports) → GPUs `R+3:00.0 … R+6:00.0`; its IOMMU groups are
-//! 20+10k (root port), 21+10k (upstream), 22+10k … 25+10k (downstream), 26+10k … 29+10k (GPUs).
+//! `large`: sixteen Quadro RTX 8000 (48 GB, Turing; 10de:1e30, subsystem 10de:129e, VGA class,
+//! driver `nvidia`) behind four PLX PEX 8747 switches (10b5:8747). Complex k (root bus R = 0x17,
+//! 0x5d on NUMA 0; 0x85, 0xae on NUMA 1) is `pciDDDD:R/R:00.0` (root port) → `R+1:00.0` (switch
+//! upstream port) → `R+2:08.0 … R+2:0b.0` (downstream ports) → GPUs `R+3:00.0 … R+6:00.0`; its
+//! IOMMU groups are 20+10k (root port), 21+10k (upstream), 22+10k … 25+10k (downstream),
+//! 26+10k … 29+10k (GPUs). Each GPU offers the 29 RTX8000 types of the catalog (`nvidia-264` …
+//! `nvidia-456`), up to 32 RTX8000-1Q each: 512 devices on the host. The boards' audio and USB
+//! functions and I/O BARs (often unassigned behind switches) are left out.
 
 use super::platform::root_port;
 use super::tree::{
@@ -139,7 +142,7 @@ fn switch_port(path: String, secondary: u8, group: u32, numa_node: i32) -> PciFn
 
 /// Writes `large`.
 pub(super) fn large(tree: &Tree) -> Result<(), SimError> {
-    let types = board_types("T4");
+    let types = board_types("RTX8000");
     let complexes = [(0x17_u8, 0), (0x5d, 0), (0x85, 1), (0xae, 1)];
     for (k, (r, numa)) in complexes.into_iter().enumerate() {
         let g = 20 + 10 * u32::try_from(k).unwrap_or(0);
@@ -158,9 +161,9 @@ pub(super) fn large(tree: &Tree) -> Result<(), SimError> {
             let gpu = PciFn {
                 path: format!("{down}/0000:{bus:02x}:00.0"),
                 vendor: VENDOR_NVIDIA,
-                device: 0x1eb8,
-                subsystem: (VENDOR_NVIDIA, 0x12a2),
-                class: 0x030200,
+                device: 0x1e30,
+                subsystem: (VENDOR_NVIDIA, 0x129e),
+                class: 0x030000,
                 revision: 0xa1,
                 numa_node: numa,
                 driver: Some("nvidia"),

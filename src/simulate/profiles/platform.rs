@@ -2,6 +2,10 @@
 //! host bridge and a dual-port 10 GbE NIC behind a root port (a non-GPU device that discovery
 //! must ignore).
 //!
+//! Directories outside `sys` (`etc`, `etc/mdevctl.d`, `usr/lib/mdevctl/scripts.d/{callouts,
+//! notifiers}`, `run`, `var/lib/vgpud`, `dev/vfio`) are only created when missing: what is in
+//! them survives writing a profile again, as configuration and state survive a reboot.
+//!
 //! | BDF          | device                          | class    | driver   | group | NUMA |
 //! |--------------|---------------------------------|----------|----------|-------|------|
 //! | 0000:00:00.0 | 8086:2020 host bridge           | 0x060000 | none     | 0     | 0    |
@@ -18,6 +22,10 @@ const INTEL: u16 = 0x8086;
 pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
     for d in [
         "etc",
+        // mdevctl 1.4 refuses to run without these below its MDEVCTL_ENV_ROOT.
+        "etc/mdevctl.d",
+        "usr/lib/mdevctl/scripts.d/callouts",
+        "usr/lib/mdevctl/scripts.d/notifiers",
         "run",
         "var/lib/vgpud",
         "dev/vfio",

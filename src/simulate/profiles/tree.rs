@@ -30,6 +30,11 @@ impl Tree {
         Ok(Tree { root })
     }
 
+    /// The canonical root.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// `ROOT/<rel>`.
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)

@@ -1,0 +1,402 @@
+//! Crash atomicity of the simulated kernel. A real sysfs write cannot be cut in half by killing
+//! the writer (SIGKILL waits for the syscall to return), but the simulator applies a write's
+//! side effects with many file operations inside the writing process, which can die between
+//! any two of them. Two things make the simulated write atomic again:
+//!
+//! - a lock every process working on the tree shares: `flock` on `ROOT/run/vgpud-simulator/lock`
+//!   (held for the whole operation, released by the kernel when the holder dies), inside a
+//!   process-wide mutex so threads serialize too (flock is per open file description);
+//! - a journal, `ROOT/run/vgpud-simulator/journal`, written before an operation's first side
+//!   effect and deleted after its last. Whoever takes the lock next and finds a journal finishes
+//!   the dead writer's job: a create is undone (the syscall never returned, so it never
+//!   happened), a remove is completed, a plain write loses its temporary file (the rename that
+//!   publishes the value is atomic).
+//!
+//! The journal is text, one `key=value` per line, between a header and an `end` line:
+//!
+//! ```text
+//! vgpud-simulator journal 1
+//! op=create                  create | remove | write
+//! pid=4242                   the writer, whose temporary files (`.NAME.vgpud-PID-N`) are swept
+//! uuid=11111111-2222-4333-8444-555555555555
+//! parent=devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0   below ROOT/sys (absolute if outside)
+//! type=nvidia-259            the device's type, IOMMU group and mdev driver, where known
+//! group=4
+//! driver=nvidia-vgpu-vfio
+//! avail=2 mdpy-vga           per type, available_instances before the operation (only for
+//!                            drivers whose count the simulator keeps in the files)
+//! made=bus/mdev/drivers/mdpy (op=create) a directory the create makes that did not exist
+//! path=devices/…/nvidia/vgpu_params                     (op=write) the attribute written
+//! end
+//! ```
+//!
+//! A journal without its `end` line was cut short while being written, before any side effect:
+//! it is dropped. No fsync: this models the death of a process, not of the machine.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use super::fsx;
+
+/// The simulator's state directory below the root.
+pub(crate) const STATE_DIR: &str = "run/vgpud-simulator";
+/// The lock file's name in [`STATE_DIR`].
+pub(crate) const LOCK_FILE: &str = "lock";
+/// The journal's name in [`STATE_DIR`].
+pub(crate) const JOURNAL_FILE: &str = "journal";
+
+const HEADER: &str = "vgpud-simulator journal 1";
+const END: &str = "end";
+
+/// The kernel's mdev lock within this process: the threads of a process (and the simulators it
+/// holds, whatever tree they work on) take it before the file lock, so one thread at a time
+/// waits on the file and operations never interleave inside a process.
+static MDEV_LOCK: Mutex<()> = Mutex::new(());
+
+/// Both locks, held until dropped.
+pub(crate) struct Guard {
+    // Field order is drop order: the file lock goes before the mutex.
+    _flock: Flock<File>,
+    _mutex: MutexGuard<'static, ()>,
+}
+
+/// Takes the process-wide mutex, then an exclusive `flock` on `state_dir/lock` (both created if
+/// missing). A lock file deleted and re-created meanwhile (a simulated reboot removes `run/`)
+/// is noticed by comparing inodes, and locked again.
+pub(crate) fn lock(state_dir: &Path) -> io::Result<Guard> {
+    let mutex = MDEV_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    let path = state_dir.join(LOCK_FILE);
+    let mut tries = 0;
+    loop {
+        fs::create_dir_all(state_dir)?;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let flock = flock_exclusive(file)?;
+        let held = flock.metadata()?;
+        let same = fs::metadata(&path)
+            .map(|m| m.dev() == held.dev() && m.ino() == held.ino())
+            .unwrap_or(false);
+        tries += 1;
+        if same || tries >= 16 {
+            return Ok(Guard {
+                _flock: flock,
+                _mutex: mutex,
+            });
+        }
+    }
+}
+
+/// `flock(LOCK_EX)`, waiting as long as it takes; retried when a signal interrupts the wait.
+fn flock_exclusive(mut file: File) -> io::Result<Flock<File>> {
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusive) {
+            Ok(l) => return Ok(l),
+            Err((f, Errno::EINTR)) => file = f,
+            Err((_, e)) => return Err(io::Error::from(e)),
+        }
+    }
+}
+
+/// What the journal says is in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// A UUID written to `<type>/create`.
+    Create,
+    /// `1` written to `<mdev>/remove`.
+    Remove,
+    /// A value written to a plain attribute.
+    Write,
+}
+
+/// One journal record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) op: Op,
+    /// The writing process.
+    pub(crate) pid: u32,
+    /// Device operations: the device's UUID.
+    pub(crate) uuid: String,
+    /// Device operations: the mdev parent's directory (absolute).
+    pub(crate) parent: PathBuf,
+    /// Device operations: what is known of the device.
+    pub(crate) type_id: Option<String>,
+    pub(crate) group: Option<String>,
+    pub(crate) driver: Option<String>,
+    /// Device operations on counter-model parents: `available_instances` before, per type.
+    pub(crate) avail: Vec<(String, u32)>,
+    /// `Create`: directories the create makes that did not exist, parents first (absolute).
+    pub(crate) made: Vec<PathBuf>,
+    /// `Write`: the attribute file (absolute).
+    pub(crate) path: PathBuf,
+}
+
+impl Entry {
+    /// A device operation by this process.
+    pub(crate) fn device(op: Op, uuid: &str, parent: &Path) -> Entry {
+        Entry {
+            op,
+            pid: std::process::id(),
+            uuid: uuid.to_string(),
+            parent: parent.to_path_buf(),
+            type_id: None,
+            group: None,
+            driver: None,
+            avail: Vec::new(),
+            made: Vec::new(),
+            path: PathBuf::new(),
+        }
+    }
+
+    /// A plain attribute write by this process.
+    pub(crate) fn write(path: &Path) -> Entry {
+        Entry {
+            path: path.to_path_buf(),
+            ..Entry::device(Op::Write, "", Path::new(""))
+        }
+    }
+
+    /// The record as text, paths relative to `sys` where they are below it. `EINVAL` for a
+    /// value with a newline, which the line format cannot carry.
+    fn render(&self, sys: &Path) -> io::Result<String> {
+        let rel = |p: &Path| -> String {
+            p.strip_prefix(sys)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned()
+        };
+        let mut lines = vec![HEADER.to_string()];
+        let op = match self.op {
+            Op::Create => "create",
+            Op::Remove => "remove",
+            Op::Write => "write",
+        };
+        lines.push(format!("op={op}"));
+        lines.push(format!("pid={}", self.pid));
+        if self.op == Op::Write {
+            lines.push(format!("path={}", rel(&self.path)));
+        } else {
+            lines.push(format!("uuid={}", self.uuid));
+            lines.push(format!("parent={}", rel(&self.parent)));
+            for (key, value) in [
+                ("type", &self.type_id),
+                ("group", &self.group),
+                ("driver", &self.driver),
+            ] {
+                if let Some(v) = value {
+                    lines.push(format!("{key}={v}"));
+                }
+            }
+            for (t, n) in &self.avail {
+                lines.push(format!("avail={n} {t}"));
+            }
+            for d in &self.made {
+                lines.push(format!("made={}", rel(d)));
+            }
+        }
+        lines.push(END.to_string());
+        if lines.iter().any(|l| l.contains('\n')) {
+            return Err(fsx::errno(Errno::EINVAL));
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        Ok(text)
+    }
+
+    /// Reads a record back; `None` for a journal cut short or not understood.
+    fn parse(text: &str, sys: &Path) -> Option<Entry> {
+        let mut lines = text.lines();
+        if lines.next()? != HEADER {
+            return None;
+        }
+        let mut entry = Entry::device(Op::Write, "", Path::new(""));
+        let (mut op, mut pid, mut complete) = (None, None, false);
+        for line in lines {
+            if line == END {
+                complete = true;
+                break;
+            }
+            let (key, value) = line.split_once('=')?;
+            match key {
+                "op" => {
+                    op = Some(match value {
+                        "create" => Op::Create,
+                        "remove" => Op::Remove,
+                        "write" => Op::Write,
+                        _ => return None,
+                    })
+                }
+                "pid" => pid = value.parse().ok(),
+                "uuid" => entry.uuid = value.to_string(),
+                "parent" => entry.parent = sys.join(value),
+                "type" => entry.type_id = Some(value.to_string()),
+                "group" => entry.group = Some(value.to_string()),
+                "driver" => entry.driver = Some(value.to_string()),
+                "avail" => {
+                    let (n, t) = value.split_once(' ')?;
+                    entry.avail.push((t.to_string(), n.parse().ok()?));
+                }
+                "made" => entry.made.push(sys.join(value)),
+                "path" => entry.path = sys.join(value),
+                _ => {}
+            }
+        }
+        entry.op = op?;
+        entry.pid = pid?;
+        let usable = match entry.op {
+            Op::Write => entry.path.file_name().is_some(),
+            Op::Create | Op::Remove => {
+                !entry.uuid.is_empty() && !entry.uuid.contains('/') && entry.parent.is_absolute()
+            }
+        };
+        (complete && usable).then_some(entry)
+    }
+}
+
+/// Where the journal of a tree is.
+fn journal_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(JOURNAL_FILE)
+}
+
+/// Writes the journal: the operation may start its side effects once this returns.
+pub(crate) fn begin(state_dir: &Path, sys: &Path, entry: &Entry) -> io::Result<()> {
+    let text = entry.render(sys)?;
+    fsx::step()?;
+    fs::write(journal_path(state_dir), text)?;
+    fsx::step()
+}
+
+/// Deletes the journal: the operation is complete.
+pub(crate) fn end(state_dir: &Path) -> io::Result<()> {
+    fsx::step()?;
+    fsx::remove_quiet(&journal_path(state_dir))
+}
+
+/// What the journal holds: nothing, a record to finish, or a torn record to drop.
+pub(crate) enum Pending {
+    None,
+    Torn,
+    Entry(Entry),
+}
+
+/// Reads the journal, if there is one.
+pub(crate) fn pending(state_dir: &Path, sys: &Path) -> io::Result<Pending> {
+    match fs::read_to_string(journal_path(state_dir)) {
+        Ok(text) => Ok(match Entry::parse(&text, sys) {
+            Some(e) => Pending::Entry(e),
+            None => Pending::Torn,
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Pending::None),
+        // Not valid UTF-8: not a journal this simulator wrote completely.
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(Pending::Torn),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a journal file exists (cheap check before parsing).
+pub(crate) fn exists(state_dir: &Path) -> bool {
+    fsx::exists_nofollow(&journal_path(state_dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Entry {
+        let mut e = Entry::device(
+            Op::Create,
+            "11111111-2222-4333-8444-555555555555",
+            Path::new("/r/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0"),
+        );
+        e.pid = 4242;
+        e.type_id = Some("nvidia-259".into());
+        e.group = Some("4".into());
+        e.driver = Some("nvidia-vgpu-vfio".into());
+        e.avail = vec![("mdpy-vga".into(), 2), ("mdpy xga".into(), 0)];
+        e.made = vec![
+            PathBuf::from("/r/sys/bus/mdev/drivers/mdpy"),
+            PathBuf::from("/r/dev/vfio"),
+        ];
+        e
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let sys = Path::new("/r/sys");
+        let e = sample();
+        let text = e.render(sys).expect("render");
+        assert!(text.starts_with(
+            "vgpud-simulator journal 1\nop=create\npid=4242\n\
+             uuid=11111111-2222-4333-8444-555555555555\n\
+             parent=devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0\ntype=nvidia-259\n"
+        ));
+        assert!(text.ends_with(
+            "avail=2 mdpy-vga\navail=0 mdpy xga\nmade=bus/mdev/drivers/mdpy\nmade=/r/dev/vfio\nend\n"
+        ));
+        assert_eq!(Entry::parse(&text, sys), Some(e));
+        // The tree may have moved since: paths are read relative to the sys given now.
+        let moved = Entry::parse(&text, Path::new("/m/sys")).expect("parse");
+        assert!(moved.parent.starts_with("/m/sys/devices"));
+
+        let mut w = Entry::write(Path::new("/r/sys/devices/x/u/nvidia/vgpu_params"));
+        w.pid = 7;
+        let text = w.render(sys).expect("render");
+        assert_eq!(
+            text,
+            "vgpud-simulator journal 1\nop=write\npid=7\npath=devices/x/u/nvidia/vgpu_params\nend\n"
+        );
+        assert_eq!(Entry::parse(&text, sys), Some(w));
+    }
+
+    #[test]
+    fn torn_and_foreign_records_are_not_used() {
+        let sys = Path::new("/r/sys");
+        let text = sample().render(sys).expect("render");
+        // Every prefix short of the end line is a record cut short.
+        let end = text.len() - "end\n".len();
+        for cut in 0..end {
+            assert_eq!(Entry::parse(&text[..cut], sys), None, "{cut}");
+        }
+        assert!(Entry::parse(&text[..text.len() - 1], sys).is_some());
+        assert_eq!(Entry::parse("something else\nend\n", sys), None);
+        assert_eq!(
+            Entry::parse("vgpud-simulator journal 1\nop=rename\npid=1\nend\n", sys),
+            None
+        );
+        let mut bad = sample();
+        bad.type_id = Some("a\nb".into());
+        assert_eq!(
+            bad.render(sys).expect_err("newline").raw_os_error(),
+            Some(Errno::EINVAL as i32)
+        );
+    }
+
+    #[test]
+    fn the_lock_file_is_flocked_while_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join(STATE_DIR);
+        let guard = lock(&state).expect("lock");
+        let other = File::open(state.join(LOCK_FILE)).expect("open");
+        let (other, errno) =
+            Flock::lock(other, FlockArg::LockExclusiveNonblock).expect_err("held elsewhere");
+        assert_eq!(errno, Errno::EWOULDBLOCK);
+        drop(guard);
+        let held = Flock::lock(other, FlockArg::LockExclusiveNonblock).expect("released");
+        drop(held);
+        // A lock file deleted under the holder's feet is replaced and locked anew.
+        fs::remove_dir_all(dir.path().join("run")).expect("rm run");
+        let guard = lock(&state).expect("lock again");
+        let other = File::open(state.join(LOCK_FILE)).expect("open");
+        assert!(Flock::lock(other, FlockArg::LockExclusiveNonblock).is_err());
+        drop(guard);
+    }
+}
