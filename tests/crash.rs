@@ -32,7 +32,7 @@ impl Rng {
 }
 
 /// What clients were told: devices whose create was confirmed and not (yet) confirmed removed.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Ledger {
     promised: BTreeMap<String, bool>,
     removed: BTreeSet<String>,
@@ -208,7 +208,7 @@ async fn sigkill_at_random_moments_loses_and_leaks_nothing() {
         let conn = bus.connect().await;
         let m = ManagerProxy::new(&conn).await.expect("manager");
         {
-            let l = ledger.lock().expect("ledger");
+            let l = ledger.lock().expect("ledger").clone();
             check_invariants(&host, &m, &l, kill).await;
             if kill % 20 == 0 {
                 eprintln!(
@@ -230,7 +230,7 @@ async fn sigkill_at_random_moments_loses_and_leaks_nothing() {
     let daemon = Daemon::start_args(&bus, &host, &["--poll-interval-ms", "50"]).await;
     let conn = bus.connect().await;
     let m = ManagerProxy::new(&conn).await.expect("manager");
-    let l = ledger.lock().expect("ledger");
+    let l = ledger.lock().expect("ledger").clone();
     check_invariants(&host, &m, &l, kills).await;
     eprintln!(
         "crash test: survived {kills} kills; {} creates and {} removes confirmed; {} devices alive",

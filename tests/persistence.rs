@@ -32,11 +32,11 @@ where
     }
 }
 
-/// `mdevctl list [--defined] --dumpjson` as uuid → (parent, type, start, attrs).
-fn mdevctl_devices(
-    host: &TestHost,
-    defined: bool,
-) -> BTreeMap<String, (String, String, String, Vec<(String, String)>)> {
+/// One device as mdevctl lists it: parent, type, start, attrs.
+type MdevctlDevice = (String, String, String, Vec<(String, String)>);
+
+/// `mdevctl list [--defined] --dumpjson` by uuid.
+fn mdevctl_devices(host: &TestHost, defined: bool) -> BTreeMap<String, MdevctlDevice> {
     let mut args = vec!["list", "--dumpjson"];
     if defined {
         args.push("--defined");

@@ -133,9 +133,12 @@ fn read_pci_gpu(host: &Host, address: &str, dir: &Path, class: u32) -> HostResul
             .and_then(|n| u32::try_from(n).ok()),
         None => None,
     };
-    let model = catalog::pci_model_name(vendor_id, device_id)
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("PCI device {vendor_id:04x}:{device_id:04x}"));
+    let sub_vendor = host.read_number(&dir.join("subsystem_vendor")).unwrap_or(0) as u16;
+    let sub_device = host.read_number(&dir.join("subsystem_device")).unwrap_or(0) as u16;
+    let model =
+        catalog::pci_model_name_with_subsystem(vendor_id, device_id, sub_vendor, sub_device)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("PCI device {vendor_id:04x}:{device_id:04x}"));
     Ok(Gpu {
         address: address.to_string(),
         vendor_id,
