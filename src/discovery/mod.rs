@@ -239,18 +239,26 @@ pub fn read_device(host: &Host, uuid: &str) -> HostResult<Option<MdevDevice>> {
         return Ok(None);
     };
     let link = mdev_device_dir(host, &uuid);
-    let resolved = match host.resolve(&link) {
-        Ok(p) => p,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e),
+    // The bus entry links to `…/<parent>/<uuid>`: the parent is the component before the
+    // UUID. Reading the one link is much cheaper than resolving the whole path.
+    let target = match std::fs::read_link(&link) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(HostError::Read { path: link, source }),
     };
-    let Some(parent) = resolved
+    let Some(parent) = target
         .parent()
         .and_then(Path::file_name)
         .map(|n| n.to_string_lossy().into_owned())
+        .filter(|p| p != ".." && p != ".")
     else {
         return Ok(None);
     };
+    // `link` goes through the symlink to the device directory.
+    let resolved = link;
+    if !resolved.is_dir() {
+        return Ok(None);
+    }
     let Some(type_id) = host.link_name(&resolved.join("mdev_type"))? else {
         return Ok(None);
     };
