@@ -10,6 +10,7 @@
 //! - [`persist`]: mdevctl definitions, vgpud's own records and the intent journal on disk;
 //! - [`engine`]: the core: inventory, placement, create and remove, no D-Bus in it;
 //! - [`xml`]: libvirt XML rendered from templates;
+//! - [`libvirt`]: attach and detach through libvirt, behind a trait with a test double;
 //! - [`dbus`]: the thin `org.vgpud1` adapter over the engine;
 //! - [`daemon`]: start-up, bus name, readiness and shutdown.
 
@@ -19,6 +20,7 @@ pub mod dbus;
 pub mod discovery;
 pub mod engine;
 pub mod host;
+pub mod libvirt;
 pub mod model;
 pub mod persist;
 pub mod simulate;

@@ -32,6 +32,10 @@ struct Cli {
     /// seconds.
     #[arg(long, value_name = "S", default_value_t = 30)]
     restore_timeout_s: u64,
+    /// The libvirt connection URI for attach and detach; vgpud serves without libvirt and
+    /// connects when first needed.
+    #[arg(long, value_name = "URI", default_value = "qemu:///system")]
+    libvirt_uri: String,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
                 bus,
                 poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
+                libvirt_uri: cli.libvirt_uri,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -35,6 +35,8 @@ pub struct Config {
     pub poll_interval: std::time::Duration,
     /// How long the restore at start waits for the parents of persistent devices.
     pub restore_timeout: std::time::Duration,
+    /// The libvirt connection URI (`qemu:///system`).
+    pub libvirt_uri: String,
 }
 
 /// Why the daemon could not start or stopped.
@@ -141,7 +143,8 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         .build()
         .await
         .map_err(bus_err("connecting to the bus"))?;
-    dbus::serve(&conn, engine.clone())
+    let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
+    dbus::serve(&conn, engine.clone(), libvirt)
         .await
         .map_err(bus_err("exporting objects"))?;
     conn.request_name(dbus::BUS_NAME)

@@ -21,6 +21,10 @@ pub enum Error {
     Busy(String),
     /// The host failed the operation.
     Failed(String),
+    /// libvirt refused the operation; the message is libvirt's.
+    Libvirt(String),
+    /// libvirt cannot be reached (libvirtd not running, wrong URI).
+    LibvirtUnavailable(String),
 }
 
 impl From<EngineError> for Error {
@@ -35,6 +39,23 @@ impl From<EngineError> for Error {
             EngineError::Host { .. } | EngineError::Persist { .. } | EngineError::Xml { .. } => {
                 Error::Failed(msg)
             }
+        }
+    }
+}
+
+impl From<crate::libvirt::AttachError> for Error {
+    fn from(e: crate::libvirt::AttachError) -> Self {
+        use crate::libvirt::{AttachError, LibvirtError};
+        let msg = e.to_string();
+        match e {
+            AttachError::Engine(inner) => inner.into(),
+            AttachError::Libvirt(LibvirtError::NoDomain { .. }) => Error::NotFound(msg),
+            AttachError::Libvirt(LibvirtError::Unavailable { .. }) => {
+                Error::LibvirtUnavailable(msg)
+            }
+            AttachError::Libvirt(LibvirtError::Refused { .. }) => Error::Libvirt(msg),
+            AttachError::OwnedByOther { .. } => Error::Busy(msg),
+            AttachError::InvalidArgument(_) => Error::InvalidArgument(msg),
         }
     }
 }

@@ -10,16 +10,28 @@ use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
 use super::{export_device, paths, unexport_device};
 use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest};
+use crate::libvirt::{AttachError, AttachOptions, LibvirtOps};
 
 /// The manager object.
 pub struct Manager {
     pub(super) engine: Arc<Engine>,
+    pub(super) libvirt: Arc<dyn LibvirtOps>,
 }
 
 /// Runs engine work on the blocking pool: sysfs writes block, and calls on different GPUs
 /// must run in parallel.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
+    }
+}
+
+/// Runs an attach or detach on the blocking pool (libvirt calls block).
+async fn run_attach<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, AttachError> + Send + 'static,
 ) -> Result<T> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r.map_err(Error::from),
@@ -36,6 +48,17 @@ const CREATE_OPTIONS: &[&str] = &[
     "autostart",
 ];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
+const ATTACH_OPTIONS: &[&str] = &["live", "config"];
+
+fn attach_options(method: &'static str, options: Options) -> Result<AttachOptions> {
+    let mut opts = OptionReader::new(method, options);
+    let parsed = AttachOptions {
+        live: opts.boolean("live")?,
+        config: opts.boolean("config")?,
+    };
+    opts.finish(ATTACH_OPTIONS)?;
+    Ok(parsed)
+}
 const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb"];
 
 #[interface(name = "org.vgpud1.Manager")]
@@ -195,6 +218,43 @@ impl Manager {
             let path = unexport_device(server, &info).await?;
             Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
         }
+        Ok(())
+    }
+
+    /// Attaches a device to a libvirt domain; the device's owner becomes the domain. A
+    /// device owned by another domain is refused. Options: "live" (b) and "config" (b),
+    /// by default whatever the domain's state allows.
+    async fn attach_device(
+        &self,
+        uuid: String,
+        domain: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<()> {
+        let opts = attach_options("AttachDevice", options)?;
+        let (engine, libvirt) = (self.engine.clone(), self.libvirt.clone());
+        let info =
+            run_attach(move || crate::libvirt::attach(&engine, &*libvirt, &uuid, &domain, opts))
+                .await?;
+        super::device_changed(server, &info.uuid).await;
+        Ok(())
+    }
+
+    /// Detaches a device from the libvirt domain that owns it; the device is then free.
+    /// Options as AttachDevice.
+    async fn detach_device(
+        &self,
+        uuid: String,
+        domain: String,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<()> {
+        let opts = attach_options("DetachDevice", options)?;
+        let (engine, libvirt) = (self.engine.clone(), self.libvirt.clone());
+        let info =
+            run_attach(move || crate::libvirt::detach(&engine, &*libvirt, &uuid, &domain, opts))
+                .await?;
+        super::device_changed(server, &info.uuid).await;
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{Connection, ObjectServer, OwnedObjectPath};
 
 use crate::engine::{DeviceChanges, DeviceInfo, Engine};
+use crate::libvirt::LibvirtOps;
 pub use manager::Manager;
 pub use objects::{DeviceObject, GpuObject};
 
@@ -22,13 +23,18 @@ pub const BUS_NAME: &str = "org.vgpud1";
 
 /// Exports the manager, the ObjectManager and every GPU and device object on `conn`. Call it
 /// before requesting the bus name, so clients never see a half-populated tree.
-pub async fn serve(conn: &Connection, engine: Arc<Engine>) -> zbus::Result<()> {
+pub async fn serve(
+    conn: &Connection,
+    engine: Arc<Engine>,
+    libvirt: Arc<dyn LibvirtOps>,
+) -> zbus::Result<()> {
     let server = conn.object_server();
     server
         .at(
             paths::ROOT,
             Manager {
                 engine: engine.clone(),
+                libvirt,
             },
         )
         .await?;

@@ -532,6 +532,40 @@ impl Engine {
         })
     }
 
+    /// Changes a device's owner tag (attach and detach do), kept in vgpud's record.
+    pub fn set_owner(&self, uuid: &str, owner: &str) -> EngineResult<DeviceInfo> {
+        let uuid = super::request::parse_uuid(uuid)?;
+        let claim = self.claim(&uuid, false)?;
+        let info = self.known(&uuid)?;
+        let params = self
+            .definition_attrs(&info)
+            .into_iter()
+            .find(|(k, _)| k == VGPU_PARAMS)
+            .map(|(_, v)| v);
+        state::write(
+            &self.host,
+            &state::DeviceRecord {
+                version: state::VERSION,
+                uuid: uuid.clone(),
+                kind: state::DeviceKind::Mdev,
+                parent: info.parent.clone(),
+                type_id: info.type_id.clone(),
+                owner: owner.to_string(),
+                created: info.created,
+                persistent: info.persistent,
+                autostart: info.autostart,
+                params,
+            },
+        )
+        .map_err(|e| EngineError::persist(format!("recording the owner of {uuid}"), e))?;
+        let updated = DeviceInfo {
+            owner: owner.to_string(),
+            ..info
+        };
+        claim.finish(Some(updated.clone()));
+        Ok(updated)
+    }
+
     /// A device found on the host, described with what vgpud knows of it.
     pub(super) fn describe_active(
         &self,

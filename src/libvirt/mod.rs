@@ -1,0 +1,317 @@
+//! libvirt: attaching and detaching vgpud's devices to domains. Every libvirt call goes
+//! through [`LibvirtOps`], so the attach logic is tested against a test double
+//! ([`testing::FakeLibvirt`]); [`VirtConnection`] is the real one, over the `virt` crate.
+//! vgpud starts and serves without libvirt: the connection is opened on first use and opened
+//! again after a failure (libvirtd restarted).
+
+pub mod testing;
+
+use std::sync::Mutex;
+
+use crate::engine::{DeviceInfo, Engine, EngineError, HostdevOptions};
+
+/// What vgpud needs to know of a domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DomainState {
+    /// The domain runs.
+    pub active: bool,
+    /// The domain has a persistent configuration.
+    pub persistent: bool,
+}
+
+/// Where a change applies: the running domain, its persistent configuration, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Impact {
+    /// `VIR_DOMAIN_AFFECT_LIVE`.
+    pub live: bool,
+    /// `VIR_DOMAIN_AFFECT_CONFIG`.
+    pub config: bool,
+}
+
+impl Impact {
+    fn flags(self) -> u32 {
+        let mut f = 0;
+        if self.live {
+            f |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
+        }
+        if self.config {
+            f |= virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
+        }
+        f
+    }
+}
+
+/// An error from libvirt, with libvirt's own message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LibvirtError {
+    /// libvirt cannot be reached.
+    #[error("libvirt at {uri} is not available: {message}")]
+    Unavailable {
+        /// The connection URI.
+        uri: String,
+        /// libvirt's message.
+        message: String,
+    },
+    /// No such domain.
+    #[error("libvirt has no domain {domain:?}: {message}")]
+    NoDomain {
+        /// The domain name.
+        domain: String,
+        /// libvirt's message.
+        message: String,
+    },
+    /// libvirt refused the operation.
+    #[error("libvirt refused to {action} domain {domain:?}: {message}")]
+    Refused {
+        /// What was asked.
+        action: &'static str,
+        /// The domain name.
+        domain: String,
+        /// libvirt's message.
+        message: String,
+    },
+}
+
+/// The libvirt calls vgpud makes.
+pub trait LibvirtOps: Send + Sync {
+    /// The state of a domain.
+    fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError>;
+    /// Attaches a device, given as XML (`virDomainAttachDeviceFlags`).
+    fn attach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError>;
+    /// Detaches a device, given as XML (`virDomainDetachDeviceFlags`).
+    fn detach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError>;
+}
+
+/// The real libvirt, over the `virt` crate.
+pub struct VirtConnection {
+    uri: String,
+    conn: Mutex<Option<virt::connect::Connect>>,
+}
+
+impl VirtConnection {
+    /// A connection to `uri`, opened on first use. libvirt's default error printer (which
+    /// writes to stderr) is silenced: vgpud reports errors itself.
+    pub fn new(uri: &str) -> Self {
+        virt::error::clear_error_callback();
+        VirtConnection {
+            uri: uri.to_string(),
+            conn: Mutex::new(None),
+        }
+    }
+
+    /// Runs `f` on the connection, opening it if needed, and opening it again once if the
+    /// call failed because the connection broke.
+    fn with<T>(
+        &self,
+        f: impl Fn(&virt::connect::Connect) -> Result<T, virt::error::Error>,
+    ) -> Result<Result<T, virt::error::Error>, LibvirtError> {
+        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        for attempt in 0..2 {
+            if guard.is_none() {
+                let c = virt::connect::Connect::open(Some(&self.uri)).map_err(|e| {
+                    LibvirtError::Unavailable {
+                        uri: self.uri.clone(),
+                        message: e.message().to_string(),
+                    }
+                })?;
+                *guard = Some(c);
+            }
+            let Some(conn) = guard.as_ref() else {
+                continue;
+            };
+            let result = f(conn);
+            let broken = result.is_err() && !conn.is_alive().unwrap_or(false);
+            if broken && attempt == 0 {
+                tracing::info!(uri = %self.uri, "the libvirt connection broke; opening it again");
+                // Dropping the old connection closes it.
+                drop(guard.take());
+                continue;
+            }
+            return Ok(result);
+        }
+        Err(LibvirtError::Unavailable {
+            uri: self.uri.clone(),
+            message: "the connection broke twice".into(),
+        })
+    }
+
+    fn domain_call(
+        &self,
+        domain: &str,
+        action: &'static str,
+        f: impl Fn(&virt::domain::Domain) -> Result<(), virt::error::Error>,
+    ) -> Result<(), LibvirtError> {
+        self.with(|c| {
+            let d = c.lookup_domain_by_name(domain)?;
+            f(&d)
+        })?
+        .map_err(|e| classify(domain, action, &e))
+    }
+}
+
+fn classify(domain: &str, action: &'static str, e: &virt::error::Error) -> LibvirtError {
+    if matches!(
+        e.code(),
+        virt::error::ErrorNumberEnum::Known(virt::error::ErrorNumber::NoDomain)
+    ) {
+        LibvirtError::NoDomain {
+            domain: domain.to_string(),
+            message: e.message().to_string(),
+        }
+    } else {
+        LibvirtError::Refused {
+            action,
+            domain: domain.to_string(),
+            message: e.message().to_string(),
+        }
+    }
+}
+
+impl LibvirtOps for VirtConnection {
+    fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError> {
+        self.with(|c| {
+            let d = c.lookup_domain_by_name(domain)?;
+            Ok(DomainState {
+                active: d.is_active()?,
+                persistent: d.is_persistent()?,
+            })
+        })?
+        .map_err(|e| classify(domain, "look up", &e))
+    }
+
+    fn attach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError> {
+        // attach_device_flags, never attach_device: the crate's attach_device returns Ok even
+        // when libvirt fails.
+        self.domain_call(domain, "attach a device to", |d| {
+            d.attach_device_flags(xml, impact.flags())
+        })
+    }
+
+    fn detach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError> {
+        self.domain_call(domain, "detach a device from", |d| {
+            d.detach_device_flags(xml, impact.flags())
+        })
+    }
+}
+
+/// An error of attach and detach.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The engine refused (no such device, bad UUID…).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// libvirt refused or is unavailable.
+    #[error(transparent)]
+    Libvirt(#[from] LibvirtError),
+    /// The device belongs to another domain.
+    #[error("device {uuid} is attached to domain {owner:?}; detach it there first")]
+    OwnedByOther {
+        /// The device.
+        uuid: String,
+        /// Its owner.
+        owner: String,
+    },
+    /// The request makes no sense for the domain's state.
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+/// Options of attach and detach: `None` means whatever the domain's state allows (live if
+/// it runs, config if it is persistent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AttachOptions {
+    /// Change the running domain.
+    pub live: Option<bool>,
+    /// Change the persistent configuration.
+    pub config: Option<bool>,
+}
+
+fn impact(state: DomainState, opts: AttachOptions, domain: &str) -> Result<Impact, AttachError> {
+    let impact = Impact {
+        live: opts.live.unwrap_or(state.active),
+        config: opts.config.unwrap_or(state.persistent),
+    };
+    if impact.live && !state.active {
+        return Err(AttachError::InvalidArgument(format!(
+            "domain {domain:?} is not running, so \"live\" cannot apply"
+        )));
+    }
+    if impact.config && !state.persistent {
+        return Err(AttachError::InvalidArgument(format!(
+            "domain {domain:?} is transient, so \"config\" cannot apply"
+        )));
+    }
+    if !impact.live && !impact.config {
+        return Err(AttachError::InvalidArgument(
+            "neither \"live\" nor \"config\": nothing to change".into(),
+        ));
+    }
+    Ok(impact)
+}
+
+fn check_domain_name(domain: &str) -> Result<(), AttachError> {
+    if domain.is_empty() || domain.len() > 256 || domain.chars().any(char::is_control) {
+        return Err(AttachError::InvalidArgument(format!(
+            "{:?} is not a domain name",
+            domain.chars().take(48).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+/// Attaches a device to a domain: its owner becomes the domain. A device owned by another
+/// domain is refused.
+pub fn attach(
+    engine: &Engine,
+    ops: &dyn LibvirtOps,
+    uuid: &str,
+    domain: &str,
+    opts: AttachOptions,
+) -> Result<DeviceInfo, AttachError> {
+    check_domain_name(domain)?;
+    let device = known_device(engine, uuid)?;
+    if !device.owner.is_empty() && device.owner != domain {
+        return Err(AttachError::OwnedByOther {
+            uuid: device.uuid,
+            owner: device.owner,
+        });
+    }
+    let xml = engine.hostdev_xml(&device.uuid, &HostdevOptions::default())?;
+    let impact = impact(ops.domain_state(domain)?, opts, domain)?;
+    ops.attach(domain, &xml, impact)?;
+    Ok(engine.set_owner(&device.uuid, domain)?)
+}
+
+/// Detaches a device from the domain that owns it; the device is then free (empty owner).
+pub fn detach(
+    engine: &Engine,
+    ops: &dyn LibvirtOps,
+    uuid: &str,
+    domain: &str,
+    opts: AttachOptions,
+) -> Result<DeviceInfo, AttachError> {
+    check_domain_name(domain)?;
+    let device = known_device(engine, uuid)?;
+    if device.owner != domain && !device.owner.is_empty() {
+        return Err(AttachError::OwnedByOther {
+            uuid: device.uuid,
+            owner: device.owner,
+        });
+    }
+    let xml = engine.hostdev_xml(&device.uuid, &HostdevOptions::default())?;
+    let impact = impact(ops.domain_state(domain)?, opts, domain)?;
+    ops.detach(domain, &xml, impact)?;
+    Ok(engine.set_owner(&device.uuid, "")?)
+}
+
+fn known_device(engine: &Engine, uuid: &str) -> Result<DeviceInfo, AttachError> {
+    let normalized = crate::model::normalize_uuid(uuid).ok_or_else(|| {
+        AttachError::InvalidArgument(format!(
+            "{:?} is not a UUID",
+            uuid.chars().take(48).collect::<String>()
+        ))
+    })?;
+    engine
+        .device(&normalized)
+        .ok_or_else(|| EngineError::NotFound(format!("no device {normalized} on this host")).into())
+}

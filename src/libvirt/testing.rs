@@ -1,0 +1,103 @@
+//! A test double of libvirt for the attach logic: domains with a state, calls recorded, and
+//! failures on demand. libvirt's own test driver does not support attach and detach.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::{DomainState, Impact, LibvirtError, LibvirtOps};
+
+/// One recorded call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// `attach` or `detach`.
+    pub op: &'static str,
+    /// The domain.
+    pub domain: String,
+    /// The device XML sent.
+    pub xml: String,
+    /// Where it applied.
+    pub impact: Impact,
+}
+
+/// A libvirt with the domains it is given.
+#[derive(Default)]
+pub struct FakeLibvirt {
+    domains: Mutex<BTreeMap<String, DomainState>>,
+    calls: Mutex<Vec<Call>>,
+    refuse: Mutex<Option<String>>,
+}
+
+impl FakeLibvirt {
+    /// Adds a domain.
+    pub fn with_domain(self, name: &str, state: DomainState) -> Self {
+        self.domains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), state);
+        self
+    }
+
+    /// Makes every following attach and detach fail with this libvirt message.
+    pub fn refuse_with(&self, message: &str) {
+        *self.refuse.lock().unwrap_or_else(|e| e.into_inner()) = Some(message.to_string());
+    }
+
+    /// The calls made so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn record(
+        &self,
+        op: &'static str,
+        domain: &str,
+        xml: &str,
+        impact: Impact,
+    ) -> Result<(), LibvirtError> {
+        self.domain_state(domain)?;
+        if let Some(message) = self
+            .refuse
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(LibvirtError::Refused {
+                action: op,
+                domain: domain.to_string(),
+                message,
+            });
+        }
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Call {
+                op,
+                domain: domain.to_string(),
+                xml: xml.to_string(),
+                impact,
+            });
+        Ok(())
+    }
+}
+
+impl LibvirtOps for FakeLibvirt {
+    fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError> {
+        self.domains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(domain)
+            .copied()
+            .ok_or_else(|| LibvirtError::NoDomain {
+                domain: domain.to_string(),
+                message: format!("Domain not found: no domain with matching name '{domain}'"),
+            })
+    }
+
+    fn attach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError> {
+        self.record("attach", domain, xml, impact)
+    }
+
+    fn detach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError> {
+        self.record("detach", domain, xml, impact)
+    }
+}

@@ -1,0 +1,186 @@
+//! Attach and detach: the logic against a test double of libvirt (libvirt's test driver does
+//! not support attach), with the XML that would be sent validated by libvirt's schema; and
+//! the D-Bus methods against a real vgpud talking to libvirt's test driver and to no libvirt
+//! at all.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::daemon::{Daemon, Policy, TestBus, TestHost};
+use common::proxy::{error_message, error_name, opts, ManagerProxy};
+use vgpud::engine::{CreateRequest, Engine};
+use vgpud::host::Host;
+use vgpud::libvirt::testing::FakeLibvirt;
+use vgpud::libvirt::{attach, detach, AttachError, AttachOptions, DomainState, LibvirtError};
+
+const RUNNING: DomainState = DomainState {
+    active: true,
+    persistent: true,
+};
+const SHUT_OFF: DomainState = DomainState {
+    active: false,
+    persistent: true,
+};
+
+fn engine() -> (TestHost, Engine, String) {
+    let host = TestHost::new(&["mtty"]);
+    let engine = Engine::new(Host::simulated(&host.root)).expect("engine");
+    let dev = engine
+        .create_device(&CreateRequest {
+            type_query: "mtty-1".into(),
+            ..Default::default()
+        })
+        .expect("device");
+    (host, engine, dev.uuid)
+}
+
+#[test]
+fn attach_to_a_running_domain_goes_live_and_into_its_config() {
+    let (_h, engine, uuid) = engine();
+    let libvirt = FakeLibvirt::default().with_domain("vdi-1", RUNNING);
+    let dev = attach(&engine, &libvirt, &uuid, "vdi-1", AttachOptions::default()).expect("attach");
+    assert_eq!(dev.owner, "vdi-1");
+    assert_eq!(engine.device(&uuid).expect("known").owner, "vdi-1");
+    let calls = libvirt.calls();
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0].impact.live && calls[0].impact.config);
+    assert!(calls[0].xml.contains(&uuid), "{}", calls[0].xml);
+    common::libvirt::assert_valid_hostdev(&calls[0].xml);
+    // The owner is kept in vgpud's record: a restarted engine still knows it.
+    drop(engine);
+    let again = Engine::new(Host::simulated(&_h.root)).expect("engine");
+    assert_eq!(again.device(&uuid).expect("known").owner, "vdi-1");
+}
+
+#[test]
+fn a_shut_off_domain_gets_config_only_and_live_is_refused() {
+    let (_h, engine, uuid) = engine();
+    let libvirt = FakeLibvirt::default().with_domain("off", SHUT_OFF);
+    let err = attach(
+        &engine,
+        &libvirt,
+        &uuid,
+        "off",
+        AttachOptions {
+            live: Some(true),
+            config: None,
+        },
+    )
+    .expect_err("live on a shut-off domain");
+    assert!(matches!(err, AttachError::InvalidArgument(_)), "{err}");
+    attach(&engine, &libvirt, &uuid, "off", AttachOptions::default()).expect("attach");
+    let calls = libvirt.calls();
+    assert_eq!(calls.len(), 1);
+    assert!(!calls[0].impact.live && calls[0].impact.config);
+}
+
+#[test]
+fn a_device_of_another_domain_is_refused_and_nothing_is_sent() {
+    let (_h, engine, uuid) = engine();
+    let libvirt = FakeLibvirt::default()
+        .with_domain("a", RUNNING)
+        .with_domain("b", RUNNING);
+    attach(&engine, &libvirt, &uuid, "a", AttachOptions::default()).expect("attach to a");
+    let err = attach(&engine, &libvirt, &uuid, "b", AttachOptions::default()).expect_err("b");
+    assert!(matches!(err, AttachError::OwnedByOther { .. }), "{err}");
+    let err = detach(&engine, &libvirt, &uuid, "b", AttachOptions::default()).expect_err("b");
+    assert!(matches!(err, AttachError::OwnedByOther { .. }), "{err}");
+    assert_eq!(libvirt.calls().len(), 1);
+    let dev = detach(&engine, &libvirt, &uuid, "a", AttachOptions::default()).expect("detach");
+    assert_eq!(dev.owner, "");
+    assert_eq!(libvirt.calls()[1].op, "detach");
+    common::libvirt::assert_valid_hostdev(&libvirt.calls()[1].xml);
+    attach(&engine, &libvirt, &uuid, "b", AttachOptions::default()).expect("free again");
+}
+
+#[test]
+fn libvirt_errors_keep_libvirts_message_and_change_nothing() {
+    let (_h, engine, uuid) = engine();
+    let libvirt = FakeLibvirt::default().with_domain("vdi-1", RUNNING);
+    let err =
+        attach(&engine, &libvirt, &uuid, "nope", AttachOptions::default()).expect_err("no domain");
+    assert!(
+        matches!(err, AttachError::Libvirt(LibvirtError::NoDomain { .. })),
+        "{err}"
+    );
+    libvirt.refuse_with("Requested operation is not valid: mdev device is in use");
+    let err =
+        attach(&engine, &libvirt, &uuid, "vdi-1", AttachOptions::default()).expect_err("refused");
+    assert!(err.to_string().contains("mdev device is in use"), "{err}");
+    assert_eq!(engine.device(&uuid).expect("known").owner, "");
+    let err =
+        attach(&engine, &libvirt, "bad", "vdi-1", AttachOptions::default()).expect_err("bad uuid");
+    assert!(matches!(err, AttachError::InvalidArgument(_)), "{err}");
+    let err =
+        attach(&engine, &libvirt, &uuid, "", AttachOptions::default()).expect_err("bad domain");
+    assert!(matches!(err, AttachError::InvalidArgument(_)), "{err}");
+}
+
+#[tokio::test]
+async fn over_dbus_libvirt_errors_are_named_and_the_daemon_serves_without_libvirt() {
+    let host = TestHost::new(&["mtty"]);
+    let bus = TestBus::start(Policy::Open);
+    // libvirt's test driver: the domain "test" exists, attach is not supported.
+    let mut daemon = Daemon::start_args(&bus, &host, &["--libvirt-uri", "test:///default"]).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    let (uuid, _) = m.create_device("mtty-1", opts(&[])).await.expect("create");
+    let attach_to = |domain: &'static str| {
+        let m = m.clone();
+        let uuid = uuid.clone();
+        async move {
+            let reply: zbus::Result<()> = m
+                .inner()
+                .call(
+                    "AttachDevice",
+                    &(
+                        uuid.as_str(),
+                        domain,
+                        HashMap::<&str, zbus::Variant<'_>>::new(),
+                    ),
+                )
+                .await;
+            reply
+        }
+    };
+    let err = attach_to("test")
+        .await
+        .expect_err("the test driver cannot attach");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Libvirt", "{err}");
+    assert!(error_message(&err).contains("libvirt refused"), "{err}");
+    let err = attach_to("no-such-domain").await.expect_err("no domain");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NotFound", "{err}");
+    daemon.stop();
+
+    // No libvirt at all: vgpud serves, and attach says why it cannot.
+    let _daemon = Daemon::start_args(
+        &bus,
+        &host,
+        &[
+            "--libvirt-uri",
+            "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+        ],
+    )
+    .await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    assert!(!m.list_gpus().await.expect("serves").is_empty());
+    let reply: zbus::Result<()> = m
+        .inner()
+        .call(
+            "AttachDevice",
+            &(
+                uuid.as_str(),
+                "vdi-1",
+                HashMap::<&str, zbus::Variant<'_>>::new(),
+            ),
+        )
+        .await;
+    let err = reply.expect_err("no libvirt");
+    assert_eq!(
+        error_name(&err),
+        "org.vgpud1.Error.LibvirtUnavailable",
+        "{err}"
+    );
+}
