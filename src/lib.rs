@@ -12,13 +12,15 @@
 //! - [`xml`]: libvirt XML rendered from templates;
 //! - [`libvirt`]: attach and detach through libvirt, behind a trait with a test double;
 //! - [`dbus`]: the thin `org.vgpud1` adapter over the engine;
-//! - [`daemon`]: start-up, bus name, readiness and shutdown.
+//! - [`daemon`]: start-up, bus name, readiness and shutdown;
+//! - [`hook`]: `vgpud libvirt-hook`, the client side run by libvirt's qemu hook.
 
 pub mod catalog;
 pub mod daemon;
 pub mod dbus;
 pub mod discovery;
 pub mod engine;
+pub mod hook;
 pub mod host;
 pub mod libvirt;
 pub mod model;

@@ -51,6 +51,14 @@ enum Command {
         #[arg(long)]
         list: bool,
     },
+    /// The libvirt hook (installed in /etc/libvirt/hooks/qemu.d/): creates a domain's vGPUs on
+    /// `prepare begin` and removes the transient ones on `release end`, through vgpud on the
+    /// system bus. Domain XML on stdin.
+    LibvirtHook {
+        /// DOMAIN OPERATION SUB-OPERATION EXTRA, as libvirt passes them.
+        #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
 }
 
 fn init_logging() {
@@ -68,6 +76,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::SimHost { profiles, list }) => sim_host(&cli.root, &profiles, list),
+        Some(Command::LibvirtHook { args }) => {
+            match vgpud::hook::run(&args, std::io::stdin().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("vgpud libvirt-hook: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         None => {
             init_logging();
             let bus = match (cli.bus_address, cli.session) {

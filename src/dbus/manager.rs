@@ -11,6 +11,7 @@ use super::options::{OptionReader, Options};
 use super::{export_device, paths, unexport_device};
 use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest};
 use crate::libvirt::{AttachError, AttachOptions, LibvirtOps};
+use crate::xml;
 
 /// The manager object.
 pub struct Manager {
@@ -49,6 +50,17 @@ const CREATE_OPTIONS: &[&str] = &[
 ];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
 const ATTACH_OPTIONS: &[&str] = &["live", "config"];
+const RENDER_OPTIONS: &[&str] = &[
+    "template",
+    "uuid",
+    "memory_mib",
+    "vcpus",
+    "disk",
+    "network",
+    "uefi",
+    "graphics",
+    "display",
+];
 
 fn attach_options(method: &'static str, options: Options) -> Result<AttachOptions> {
     let mut opts = OptionReader::new(method, options);
@@ -256,6 +268,79 @@ impl Manager {
                 .await?;
         super::device_changed(server, &info.uuid).await;
         Ok(())
+    }
+
+    /// A complete VDI domain for the devices `uuids` (the first drives the display), from a
+    /// template. Options: "template" (s, default "vdi"; user templates live in
+    /// etc/vgpud/templates/NAME.xml), "uuid" (s) the domain UUID, "memory_mib" (u or t,
+    /// default 4096), "vcpus" (u, default 2), "disk" (s) an image path, "network" (s) a
+    /// libvirt network, "uefi" (b), "graphics" (s: "vnc" or "spice", default "vnc"),
+    /// "display" (b, default true) whether the first vGPU drives the display.
+    #[zbus(out_args("xml"))]
+    async fn render_domain(
+        &self,
+        name: String,
+        uuids: Vec<String>,
+        options: Options,
+    ) -> Result<String> {
+        let mut opts = OptionReader::new("RenderDomain", options);
+        let template = opts.string("template")?.unwrap_or_else(|| "vdi".into());
+        let graphics = match opts.string("graphics")?.as_deref() {
+            None | Some("vnc") => xml::Graphics::Vnc,
+            Some("spice") => xml::Graphics::Spice,
+            Some(other) => {
+                return Err(Error::InvalidArgument(format!(
+                    "graphics {:?} is neither \"vnc\" nor \"spice\"",
+                    other.chars().take(32).collect::<String>()
+                )))
+            }
+        };
+        let display = opts.boolean("display")?.unwrap_or(true);
+        let memory_mib = opts.unsigned("memory_mib")?.unwrap_or(4096);
+        let vcpus = u32::try_from(opts.unsigned("vcpus")?.unwrap_or(2))
+            .map_err(|_| Error::InvalidArgument("vcpus is too large".into()))?;
+        let domain = xml::VdiDomain {
+            name,
+            uuid: opts.string("uuid")?,
+            memory_mib,
+            vcpus,
+            disk: opts.string("disk")?,
+            network: opts.string("network")?,
+            uefi: opts.boolean("uefi")?.unwrap_or(false),
+            graphics,
+            devices: Vec::new(),
+        };
+        opts.finish(RENDER_OPTIONS)?;
+        let engine = self.engine.clone();
+        blocking(move || {
+            let mut domain = domain;
+            for (i, uuid) in uuids.iter().enumerate() {
+                let uuid = crate::engine::parse_uuid(uuid)?;
+                let dev = engine.device(&uuid).ok_or_else(|| {
+                    EngineError::NotFound(format!("no device {uuid} on this host"))
+                })?;
+                domain.devices.push(xml::DomainDevice::Mdev {
+                    uuid: dev.uuid,
+                    type_id: dev.type_id,
+                    type_name: dev.type_name,
+                    parent: dev.parent,
+                    display: display && i == 0,
+                });
+            }
+            let store = xml::TemplateStore::new(Some(engine.host().etc("vgpud/templates")));
+            xml::render_domain(&store, &template, &domain).map_err(|e| match e {
+                xml::XmlError::UnknownTemplate { .. } => EngineError::NotFound(e.to_string()),
+                xml::XmlError::Template { .. }
+                | xml::XmlError::TemplateFile { .. }
+                | xml::XmlError::UnknownVariable { .. }
+                | xml::XmlError::Write { .. } => EngineError::Xml {
+                    uuid: domain.name.clone(),
+                    message: e.to_string(),
+                },
+                other => EngineError::InvalidArgument(other.to_string()),
+            })
+        })
+        .await
     }
 
     /// The libvirt `<hostdev>` element for a device.

@@ -47,6 +47,24 @@ impl OptionReader {
         }
     }
 
+    /// An unsigned integer option, given as `u` or `t`.
+    pub fn unsigned(&mut self, key: &str) -> Result<Option<u64>> {
+        match self.options.remove(key) {
+            None => Ok(None),
+            Some(v) => {
+                let n = u32::try_from(&v)
+                    .map(u64::from)
+                    .or_else(|_| u64::try_from(&v));
+                n.map(Some).map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "option {key:?} of {} must be an unsigned integer (u or t)",
+                        self.method
+                    ))
+                })
+            }
+        }
+    }
+
     /// Fails if any option was not taken.
     pub fn finish(self, known: &[&str]) -> Result<()> {
         let mut unknown: Vec<&str> = self.options.keys().map(String::as_str).collect();

@@ -31,7 +31,7 @@ use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
 pub use reconcile::{plan_restore, RestoreReport, RestoreStep, Stage};
-pub use request::{CreateRequest, HostdevOptions, ModifyRequest};
+pub use request::{parse_uuid, CreateRequest, HostdevOptions, ModifyRequest};
 
 /// A device as vgpud reports it: active on the host, defined persistently, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]

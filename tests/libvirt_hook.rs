@@ -1,0 +1,316 @@
+//! The libvirt hook, fed recorded invocations (libvirt's argument order, the domain XML as
+//! libvirt stores it on stdin) against a running vgpud on a simulated host, over a private
+//! bus given as DBUS_SYSTEM_BUS_ADDRESS.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use common::daemon::{vgpud_bin, Daemon, Policy, TestBus, TestHost};
+use common::proxy::{bool_opts, opts, ManagerProxy};
+
+const DEV1: &str = "8e8e8e8e-0000-4000-8000-000000000001";
+const DEV2: &str = "8e8e8e8e-0000-4000-8000-000000000002";
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/hook")
+            .join(name),
+    )
+    .expect("fixture")
+}
+
+/// Runs `vgpud libvirt-hook ARGS` with `xml` on stdin; returns the output and the time.
+fn hook(bus: &TestBus, args: &[&str], xml: &str) -> (Output, f64) {
+    let started = Instant::now();
+    let mut child = Command::new(vgpud_bin())
+        .arg("libvirt-hook")
+        .args(args)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the hook");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(xml.as_bytes());
+    }
+    let out = child.wait_with_output().expect("hook output");
+    (out, started.elapsed().as_secs_f64() * 1000.0)
+}
+
+async fn listed(m: &ManagerProxy<'_>) -> HashMap<String, (String, String)> {
+    m.list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .map(|d| (d.0, (d.1, d.3)))
+        .collect()
+}
+
+#[tokio::test]
+async fn prepare_creates_the_domains_vgpus_and_release_removes_them() {
+    let host = TestHost::new(&["nvidia-turing"]);
+    let bus = TestBus::start(Policy::Open);
+    let _d = Daemon::start(&bus, &host).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    let xml = fixture("vdi-2.xml");
+
+    // Operations the hook does not act on change nothing.
+    for (op, sub) in [("start", "begin"), ("started", "begin"), ("stopped", "end")] {
+        let (out, _) = hook(&bus, &["vdi-2", op, sub, "-"], &xml);
+        assert!(
+            out.status.success(),
+            "{op} {sub}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(listed(&m).await.is_empty());
+
+    let (out, ms) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "a hook prints nothing on stdout");
+    eprintln!("libvirt-hook prepare begin (two vGPUs created): {ms:.1} ms");
+    let devices = listed(&m).await;
+    for uuid in [DEV1, DEV2] {
+        let (parent, owner) = devices.get(uuid).expect("created with the uuid of the XML");
+        assert_eq!(parent, "0000:3b:00.0", "on the GPU the metadata names");
+        assert_eq!(owner, "vdi-2");
+        assert!(host.path(&format!("sys/bus/mdev/devices/{uuid}")).exists());
+        assert!(
+            !host
+                .path(&format!("etc/mdevctl.d/0000:3b:00.0/{uuid}"))
+                .exists(),
+            "just-in-time devices are transient"
+        );
+    }
+
+    // A second prepare (a restart of the domain) finds them there.
+    let (out, _) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
+    assert!(out.status.success());
+
+    let (out, ms) = hook(&bus, &["vdi-2", "release", "end", "-"], &xml);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    eprintln!("libvirt-hook release end (two vGPUs removed): {ms:.1} ms");
+    assert!(listed(&m).await.is_empty());
+}
+
+#[tokio::test]
+async fn defined_devices_are_started_and_kept_and_a_full_gpu_is_avoided() {
+    let host = TestHost::new(&["nvidia-turing"]);
+    let bus = TestBus::start(Policy::Open);
+    let _d = Daemon::start(&bus, &host).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    // DEV1 is a persistent device on the second GPU, defined and stopped; DEV2 does not
+    // exist, and the GPU its metadata names is full of another size.
+    let mut o = opts(&[
+        ("uuid", DEV1),
+        ("parent", "0000:d8:00.0"),
+        ("owner", "vdi-2"),
+    ]);
+    o.extend(bool_opts(&[("autostart", false)]));
+    m.create_device("RTX6000-4Q", o).await.expect("persistent");
+    m.stop_device(DEV1, HashMap::new()).await.expect("stop");
+    m.create_device("RTX6000-1Q", opts(&[("parent", "0000:3b:00.0")]))
+        .await
+        .expect("1Q fills the GPU for 4Q");
+
+    let xml = fixture("vdi-2.xml");
+    let (out, _) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let devices = listed(&m).await;
+    assert_eq!(
+        devices[DEV1].0, "0000:d8:00.0",
+        "started where it is defined"
+    );
+    assert_eq!(devices[DEV2].0, "0000:d8:00.0", "any GPU with room");
+    assert!(host.path(&format!("sys/bus/mdev/devices/{DEV1}")).exists());
+
+    let (out, _) = hook(&bus, &["vdi-2", "release", "end", "-"], &xml);
+    assert!(out.status.success());
+    let devices = listed(&m).await;
+    assert!(devices.contains_key(DEV1), "persistent devices are kept");
+    assert!(!devices.contains_key(DEV2), "the transient one is removed");
+}
+
+#[tokio::test]
+async fn a_device_the_hook_cannot_provide_stops_the_domain_with_a_message() {
+    let host = TestHost::new(&["nvidia-turing"]);
+    let bus = TestBus::start(Policy::Open);
+    let _d = Daemon::start(&bus, &host).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+
+    let (out, _) = hook(
+        &bus,
+        &["vdi-nometa", "prepare", "begin", "-"],
+        &fixture("vdi-nometa.xml"),
+    );
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(DEV1) && err.contains("metadata"), "{err}");
+
+    // Both GPUs full of 1Q: no room for a 4Q anywhere.
+    for _ in 0..48 {
+        m.create_device("RTX6000-1Q", opts(&[]))
+            .await
+            .expect("fill");
+    }
+    let (out, _) = hook(
+        &bus,
+        &["vdi-2", "prepare", "begin", "-"],
+        &fixture("vdi-2.xml"),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NoCapacity"), "{err}");
+    assert!(!listed(&m).await.contains_key(DEV1));
+
+    let (out, _) = hook(&bus, &["vdi-2", "prepare"], "");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+    let (out, _) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], "<domain><name>");
+    assert!(!out.status.success(), "malformed XML is refused");
+}
+
+#[tokio::test]
+async fn without_vgpud_the_hook_fails_clearly() {
+    let bus = TestBus::start(Policy::Open);
+    let (out, _) = hook(
+        &bus,
+        &["vdi-2", "prepare", "begin", "-"],
+        &fixture("vdi-2.xml"),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("vgpud"), "{err}");
+}
+
+/// The README's walkthrough: render a VDI domain for two vGPUs, validate it with libvirt's
+/// schema and its test driver (through virsh), then let the hook recreate and remove the
+/// devices from the rendered XML alone.
+#[tokio::test]
+async fn a_rendered_domain_validates_in_libvirt_and_drives_the_hook() {
+    let host = TestHost::new(&["nvidia-turing"]);
+    let bus = TestBus::start(Policy::Open);
+    let _d = Daemon::start(&bus, &host).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    let (a, _) = m.create_device("RTX6000-2Q", opts(&[])).await.expect("a");
+    let (b, _) = m.create_device("RTX6000-2Q", opts(&[])).await.expect("b");
+    let mut o: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    o.insert("memory_mib", zbus::Variant::from(8192u32));
+    o.insert("vcpus", zbus::Variant::from(4u32));
+    o.insert(
+        "disk",
+        zbus::Variant::from("/var/lib/libvirt/images/vdi-7.qcow2"),
+    );
+    o.insert("network", zbus::Variant::from("default"));
+    o.insert("uefi", zbus::Variant::from(true));
+    o.insert("graphics", zbus::Variant::from("spice"));
+    let xml: String = m
+        .inner()
+        .call("RenderDomain", &("vdi-7", vec![a.as_str(), b.as_str()], o))
+        .await
+        .expect("RenderDomain");
+    common::libvirt::assert_valid_domain(&xml);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("vdi-7.xml");
+    std::fs::write(&file, &xml).expect("write");
+    let virsh = Command::new("virsh")
+        .args(["-c", "test:///default"])
+        .arg(format!(
+            "define --validate {}; dumpxml vdi-7",
+            file.display()
+        ))
+        .output()
+        .expect("virsh (apt-get install libvirt-clients)");
+    let dumped = String::from_utf8_lossy(&virsh.stdout);
+    assert!(
+        virsh.status.success(),
+        "{}",
+        String::from_utf8_lossy(&virsh.stderr)
+    );
+    assert!(dumped.contains(&a) && dumped.contains(&b), "{dumped}");
+    assert!(
+        dumped.contains("http://vgpud.org/xmlns/domain/1"),
+        "metadata kept: {dumped}"
+    );
+
+    // The devices go away; at the next start of the domain the hook brings them back.
+    for u in [&a, &b] {
+        m.remove_device(u, HashMap::new()).await.expect("remove");
+    }
+    let (out, _) = hook(&bus, &["vdi-7", "prepare", "begin", "-"], &dumped);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let devices = listed(&m).await;
+    assert!(
+        devices.contains_key(&a) && devices.contains_key(&b),
+        "{devices:?}"
+    );
+    let (out, _) = hook(&bus, &["vdi-7", "release", "end", "-"], &dumped);
+    assert!(out.status.success());
+    assert!(listed(&m).await.is_empty());
+
+    // Bad options are named errors.
+    let mut bad: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    bad.insert("graphics", zbus::Variant::from("rdp"));
+    let err = m
+        .inner()
+        .call::<_, _, String>("RenderDomain", &("vdi-7", Vec::<&str>::new(), bad))
+        .await
+        .expect_err("rdp");
+    assert_eq!(
+        common::proxy::error_name(&err),
+        "org.vgpud1.Error.InvalidArgument"
+    );
+    let mut bad: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    bad.insert("template", zbus::Variant::from("../../etc/passwd"));
+    let err = m
+        .inner()
+        .call::<_, _, String>("RenderDomain", &("vdi-7", Vec::<&str>::new(), bad))
+        .await
+        .expect_err("path as template");
+    assert_eq!(
+        common::proxy::error_name(&err),
+        "org.vgpud1.Error.InvalidArgument"
+    );
+    let err = m
+        .inner()
+        .call::<_, _, String>(
+            "RenderDomain",
+            &(
+                "vdi-7",
+                vec!["0d0d0d0d-0000-4000-8000-000000000001"],
+                HashMap::<&str, zbus::Variant<'_>>::new(),
+            ),
+        )
+        .await
+        .expect_err("unknown device");
+    assert_eq!(common::proxy::error_name(&err), "org.vgpud1.Error.NotFound");
+}
