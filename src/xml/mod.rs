@@ -1,22 +1,41 @@
-//! libvirt XML rendered with quick-xml from the templates in `xml-templates/`.
+//! libvirt XML rendered with quick-xml from the templates in `xml-templates/`, and read
+//! back for the libvirt hook.
+//!
+//! - `<hostdev>` elements: [`render_mdev_hostdev`], [`render_pci_hostdev`].
+//! - Complete VDI domains: [`render_domain`] renders a [`VdiDomain`] with a named template
+//!   of a [`TemplateStore`] (built-in `vdi` and `minimal`, or the operator's files in
+//!   `/etc/vgpud/templates/`), recording its devices in vgpud's metadata ([`METADATA_NS`]).
+//! - [`parse_domain`] reads any libvirt domain XML back into a [`DomainSummary`].
 //!
 //! The built-in templates are embedded in the binary ([`builtin`]); the `*_with` functions
-//! take any [`Template`], so operators can supply their own (e.g. from
-//! `/etc/vgpud/templates/`). Template syntax: see [`template`].
+//! take any [`Template`]. Template syntax: see [`template`].
 //!
 //! Inputs are checked before rendering: UUIDs must be canonical (8-4-4-4-12 hex, emitted
 //! in lowercase), names non-empty without control characters, PCI addresses
 //! `DDDD:BB:SS.F`. Every value is escaped by quick-xml when written.
 
+mod domain;
+mod parse;
+mod store;
 pub mod template;
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use quick_xml::encoding::Decoder;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
-pub use template::{Context, Template};
+pub use domain::{
+    render_domain, render_domain_with, DomainDevice, Graphics, VdiDomain, MAX_DEVICES,
+};
+pub use parse::{
+    parse_domain, DomainSummary, MetadataDevice, MAX_DEPTH, MAX_DOMAIN_XML, METADATA_NS,
+};
+pub use store::{
+    TemplateStore, BUILTIN_TEMPLATES, DOMAIN_FRAGMENT_LISTS, DOMAIN_VARIABLES, MAX_TEMPLATE_BYTES,
+};
+pub use template::{Context, Template, TemplateRefs, TEMPLATE_NS};
 
 /// Errors from rendering, each naming the template, variable or input at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,6 +111,54 @@ pub enum XmlError {
         /// What is wrong.
         message: String,
     },
+    /// A device of a [`VdiDomain`] is invalid or collides with another.
+    #[error("device {index}: {message}")]
+    InvalidDevice {
+        /// The device's position in [`VdiDomain::devices`], from 0.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A template name is not 1 to 64 of `A-Z a-z 0-9 _ -`.
+    #[error("invalid template name {name:?}: a name is 1 to 64 of A-Z a-z 0-9 _ -")]
+    InvalidTemplateName {
+        /// The rejected name.
+        name: String,
+    },
+    /// No built-in or user template has this name.
+    #[error("no template named {name:?} (templates: {available})")]
+    UnknownTemplate {
+        /// The name asked for.
+        name: String,
+        /// The names there are, comma-separated.
+        available: String,
+    },
+    /// A user template file or directory cannot be read.
+    #[error("template file {file}: {message}")]
+    TemplateFile {
+        /// The file or directory.
+        file: String,
+        /// What failed.
+        message: String,
+    },
+    /// A template refers to a variable or fragment list the renderer never sets.
+    #[error("template {template}: unknown {kind} `{name}` (known: {known})")]
+    UnsupportedName {
+        /// The template (a user template's file path).
+        template: String,
+        /// `variable` or `fragment list`.
+        kind: &'static str,
+        /// The unknown name.
+        name: String,
+        /// The names a template may use, comma-separated.
+        known: String,
+    },
+    /// A domain XML given to [`parse_domain`] cannot be read.
+    #[error("domain XML: {message}")]
+    Parse {
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// The templates built into vgpud, from `xml-templates/`.
@@ -99,25 +166,36 @@ pub mod builtin {
     use super::Template;
 
     /// `<hostdev type='mdev'>` for a mediated device: variables `uuid`, optional `display`
-    /// and `ramfb` (`on`/`off`).
+    /// and `ramfb` (`on`/`off`), optional `guest_bus` (the guest PCI bus, `0x01`: adds
+    /// `<address type='pci'>` at slot 0 of that bus).
     pub const HOSTDEV_MDEV: Template = Template::from_static(
         "hostdev-mdev.xml",
         include_str!("../../xml-templates/hostdev-mdev.xml"),
     );
 
     /// `<hostdev type='pci'>` for a PCI function (SR-IOV VF, passthrough): variables
-    /// `managed` (`yes`/`no`), `domain`, `bus`, `slot`, `function` (hex with `0x`).
+    /// `managed` (`yes`/`no`), `domain`, `bus`, `slot`, `function` (hex with `0x`),
+    /// optional `guest_bus` as for [`HOSTDEV_MDEV`].
     pub const HOSTDEV_PCI: Template = Template::from_static(
         "hostdev-pci.xml",
         include_str!("../../xml-templates/hostdev-pci.xml"),
     );
 
-    /// A minimal KVM domain: variables `name`, optional `uuid`, `memory_mib`, `graphics`
-    /// (set when a VNC display and `<video><model type='none'/></video>` are needed),
-    /// fragment list `hostdevs`.
+    /// A minimal KVM domain (template `minimal` of [`super::TemplateStore`]): variables
+    /// `name`, optional `uuid`, `memory_mib`, `graphics` (the graphics type, set when a
+    /// display is needed), `display_vgpu` (set when a vGPU is the display: video model
+    /// none), `metadata` (set with the fragment list `metadata`); fragment lists
+    /// `root_ports`, `hostdevs`, `metadata`.
     pub const DOMAIN_MINIMAL: Template = Template::from_static(
         "domain-minimal.xml",
         include_str!("../../xml-templates/domain-minimal.xml"),
+    );
+
+    /// A complete VDI domain (template `vdi` of [`super::TemplateStore`]); its variables
+    /// are those of [`super::DOMAIN_VARIABLES`], documented in [`super::render_domain`].
+    pub const DOMAIN_VDI: Template = Template::from_static(
+        "domain-vdi.xml",
+        include_str!("../../xml-templates/domain-vdi.xml"),
     );
 }
 
@@ -257,9 +335,10 @@ pub fn render_minimal_domain_with(
     ctx.set("name", dom.name.as_str())
         .set_opt("uuid", uuid)
         .set("memory_mib", dom.memory_mib.to_string())
+        .set_fragments("root_ports", Vec::new())
         .set_fragments("hostdevs", dom.hostdevs.clone());
     if needs_graphics {
-        ctx.set("graphics", "vnc");
+        ctx.set("graphics", "vnc").set("display_vgpu", "yes");
     }
     let xml = template.render(&ctx)?;
     // A user template may ignore `graphics`: libvirt would then refuse to start the domain.
@@ -322,6 +401,36 @@ fn canonical_uuid(field: &'static str, value: &str) -> Result<String, XmlError> 
             reason: "not a canonical UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)".to_owned(),
         })
     }
+}
+
+/// An [`XmlError::InvalidInput`].
+fn invalid_input(field: &'static str, value: &str, reason: &str) -> XmlError {
+    XmlError::InvalidInput {
+        field,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Checks a sysfs-safe device or type name: 1 to 255 bytes, no `/`, no whitespace or
+/// control characters, not `.` or `..`.
+fn check_device_name(field: &'static str, value: &str) -> Result<(), XmlError> {
+    let reason = if value.is_empty() {
+        "must not be empty"
+    } else if value.len() > 255 {
+        "is longer than 255 bytes"
+    } else if value == "." || value == ".." || value.contains('/') {
+        "must not be a path"
+    } else if value.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        "must not contain whitespace or control characters"
+    } else {
+        return Ok(());
+    };
+    Err(XmlError::InvalidInput {
+        field,
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    })
 }
 
 /// Checks a name: non-empty, no control characters.
@@ -392,6 +501,17 @@ impl PciAddress {
     }
 }
 
+impl fmt::Display for PciAddress {
+    /// The kernel's form, `0000:3d:00.4`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.slot, self.function
+        )
+    }
+}
+
 /// What a rendered `<hostdev>` fragment says, for the checks across a domain's hostdevs.
 #[derive(Debug, Default)]
 struct HostdevInfo {
@@ -459,16 +579,26 @@ impl HostdevInfo {
     }
 }
 
-/// The unescaped value of attribute `name` of `e`.
+/// The most attributes [`attr`] reads on one element (duplicate checks are quadratic).
+const MAX_ATTRIBUTES: usize = 64;
+
+/// The unescaped value of attribute `name` of `e`. Every attribute is read, so that a
+/// duplicated one is an error wherever it is; more than [`MAX_ATTRIBUTES`] is an error.
 fn attr(e: &BytesStart<'_>, name: &str, decoder: Decoder) -> Result<Option<String>, String> {
-    match e.try_get_attribute(name) {
-        Ok(Some(a)) => a
-            .decode_and_unescape_value(decoder)
-            .map(|v| Some(v.into_owned()))
-            .map_err(|err| format!("attribute {name}: {err}")),
-        Ok(None) => Ok(None),
-        Err(err) => Err(format!("attribute {name}: {err}")),
+    let mut found = None;
+    for (i, a) in e.attributes().enumerate() {
+        if i >= MAX_ATTRIBUTES {
+            return Err(format!("more than {MAX_ATTRIBUTES} attributes"));
+        }
+        let a = a.map_err(|err| format!("bad attribute: {err}"))?;
+        if a.key.as_ref() == name.as_bytes() {
+            let value = a
+                .decode_and_unescape_value(decoder)
+                .map_err(|err| format!("attribute {name}: {err}"))?;
+            found = Some(value.into_owned());
+        }
     }
+    Ok(found)
 }
 
 /// An `<address>` as a comparable key: its attributes sorted, numbers normalised so that

@@ -11,23 +11,35 @@
 //!   is set; otherwise the element and everything in it is skipped.
 //! - The empty element `<vgpud:insert name="list"/>` is replaced by the fragments of the
 //!   list `list`, each parsed and written again as events (no placeholders in them).
-//! - `xmlns:vgpud` attributes, comments, processing instructions and the XML declaration
-//!   are not copied. Any other `vgpud:` element or attribute is an error.
+//! - Comments, processing instructions and the XML declaration are not copied. Any other
+//!   `vgpud:` element or attribute is an error.
 //! - Text is trimmed; whitespace-only text is dropped.
+//!
+//! Namespaces: the template markup is the prefix `vgpud` where it is undeclared or declared
+//! as [`TEMPLATE_NS`] (`xmlns:vgpud="urn:vgpud:template:1"`, a declaration that is not
+//! copied). Where `xmlns:vgpud` declares any other namespace, such as vgpud's domain
+//! metadata namespace ([`super::METADATA_NS`]), `vgpud:` names in that element and below
+//! are ordinary XML: they are copied with their declaration, and the template markup is
+//! unavailable there. The same holds in fragments, which may carry such elements but no
+//! template markup.
 //!
 //! The output is indented with 2 spaces, has no XML declaration and ends with a newline.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 
 use quick_xml::events::{BytesEnd, BytesRef, BytesStart, BytesText, Event};
 use quick_xml::{Reader, Writer};
 
 use super::XmlError;
 
+/// The namespace of the template markup; `xmlns:vgpud` declarations of it are not copied.
+pub const TEMPLATE_NS: &str = "urn:vgpud:template:1";
+
 /// Prefix of the template markup (`vgpud:if`, `vgpud:insert`).
 const PREFIX: &str = "vgpud:";
-/// Attribute that declares the template namespace; dropped from the output.
+/// Attribute that declares the `vgpud` prefix: dropped when it declares [`TEMPLATE_NS`].
 const XMLNS: &str = "xmlns:vgpud";
 /// Attribute that makes an element conditional.
 const IF_ATTR: &str = "vgpud:if";
@@ -72,9 +84,33 @@ impl Template {
     pub fn render(&self, ctx: &Context) -> Result<String, XmlError> {
         let mut out = Emitter::new(&self.name);
         let mut reader = Reader::from_str(&self.source);
-        copy_events(&mut reader, &mut out, &Mode::Template(ctx), &self.name)?;
+        let mode = Mode::Template(Vars::Context(ctx));
+        copy_events(&mut reader, &mut out, &mode, &self.name)?;
         out.finish()
     }
+
+    /// Checks the template's syntax and lists every variable and fragment list it refers
+    /// to, in all branches (`vgpud:if` subtrees included).
+    pub fn references(&self) -> Result<TemplateRefs, XmlError> {
+        let refs = RefCell::new(TemplateRefs::default());
+        {
+            let mut out = Emitter::new(&self.name);
+            let mut reader = Reader::from_str(&self.source);
+            let mode = Mode::Template(Vars::Collect(&refs));
+            copy_events(&mut reader, &mut out, &mode, &self.name)?;
+            out.finish()?;
+        }
+        Ok(refs.into_inner())
+    }
+}
+
+/// The names a template refers to, from [`Template::references`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateRefs {
+    /// Variables: `{name}`, `{name?}` and `vgpud:if="name"`.
+    pub variables: BTreeSet<String>,
+    /// Fragment lists: `<vgpud:insert name="…"/>`.
+    pub lists: BTreeSet<String>,
 }
 
 /// Variables and fragment lists for [`Template::render`].
@@ -130,10 +166,42 @@ impl Context {
     }
 }
 
+/// Where a template's variables and fragment lists come from.
+#[derive(Clone, Copy)]
+enum Vars<'c> {
+    /// Rendering: the values of a context.
+    Context(&'c Context),
+    /// Collecting the names a template uses: every variable reads as set (to ""), every
+    /// list as empty, so that every branch is walked.
+    Collect(&'c RefCell<TemplateRefs>),
+}
+
+impl<'c> Vars<'c> {
+    fn get(self, name: &str) -> Option<&'c str> {
+        match self {
+            Self::Context(ctx) => ctx.get(name),
+            Self::Collect(refs) => {
+                refs.borrow_mut().variables.insert(name.to_owned());
+                Some("")
+            }
+        }
+    }
+
+    fn fragments(self, name: &str) -> Option<&'c [String]> {
+        match self {
+            Self::Context(ctx) => ctx.fragments(name),
+            Self::Collect(refs) => {
+                refs.borrow_mut().lists.insert(name.to_owned());
+                Some(&[])
+            }
+        }
+    }
+}
+
 /// What the event loop is copying.
 enum Mode<'c> {
     /// A template: placeholders and `vgpud:` markup are interpreted.
-    Template(&'c Context),
+    Template(Vars<'c>),
     /// A fragment of an insert list: copied literally, `vgpud:` markup refused.
     Fragment { list: &'c str, index: usize },
 }
@@ -230,8 +298,9 @@ fn copy_events(
         ))
     };
 
-    // Element names still open, to close them and to detect unbalanced input.
-    let mut open: Vec<String> = Vec::new();
+    // Elements still open, to close them and to detect unbalanced input, each with
+    // whether `vgpud:` names are ordinary XML (not template markup) inside it.
+    let mut open: Vec<(String, bool)> = Vec::new();
     // Text (with references resolved) collected until the next markup.
     let mut text = String::new();
 
@@ -244,6 +313,7 @@ fn copy_events(
         ) {
             flush_text(&mut text, out, mode, template, open.is_empty(), &err)?;
         }
+        let inherited = open.last().is_some_and(|(_, literal)| *literal);
         match event {
             Event::Text(t) => text.push_str(&t.decode().map_err(|e| malformed(reader, &e))?),
             Event::CData(t) => text.push_str(&t.decode().map_err(|e| malformed(reader, &e))?),
@@ -252,15 +322,16 @@ fn copy_events(
             Event::DocType(_) => return Err(err("a DOCTYPE is not allowed".to_owned())),
             Event::Start(e) => {
                 let name = utf8(e.name().as_ref()).map_err(&err)?.to_owned();
-                if name.starts_with(PREFIX) {
+                let literal = literal_scope(reader, &e, inherited, &err)?;
+                if !literal && name.starts_with(PREFIX) {
                     return Err(err(format!(
                         "<{name}> must be an empty element (<{name} …/>)"
                     )));
                 }
-                match build_start(reader, &e, &name, mode, template, &err)? {
+                match build_start(reader, &e, &name, mode, literal, template, &err)? {
                     Some(start) => {
                         out.start(start)?;
-                        open.push(name);
+                        open.push((name, literal));
                     }
                     None => {
                         reader
@@ -271,14 +342,17 @@ fn copy_events(
             }
             Event::Empty(e) => {
                 let name = utf8(e.name().as_ref()).map_err(&err)?.to_owned();
-                if name == INSERT_ELEMENT {
-                    let Mode::Template(ctx) = mode else {
+                let literal = literal_scope(reader, &e, inherited, &err)?;
+                if !literal && name == INSERT_ELEMENT {
+                    let Mode::Template(vars) = mode else {
                         return Err(err(format!("<{name}> is not allowed in a fragment")));
                     };
-                    insert(reader, &e, ctx, out, template, &err)?;
-                } else if name.starts_with(PREFIX) {
+                    insert(reader, &e, *vars, out, template, &err)?;
+                } else if !literal && name.starts_with(PREFIX) {
                     return Err(err(format!("unknown template element <{name}>")));
-                } else if let Some(start) = build_start(reader, &e, &name, mode, template, &err)? {
+                } else if let Some(start) =
+                    build_start(reader, &e, &name, mode, literal, template, &err)?
+                {
                     out.empty(start)?;
                 }
             }
@@ -286,7 +360,7 @@ fn copy_events(
                 let qname = e.name();
                 let name = utf8(qname.as_ref()).map_err(&err)?;
                 match open.pop() {
-                    Some(expected) if expected == name => out.end(name)?,
+                    Some((expected, _)) if expected == name => out.end(name)?,
                     _ => return Err(err(format!("unexpected end tag </{name}>"))),
                 }
             }
@@ -294,9 +368,32 @@ fn copy_events(
         }
     }
     match open.last() {
-        Some(name) => Err(err(format!("<{name}> is not closed"))),
+        Some((name, _)) => Err(err(format!("<{name}> is not closed"))),
         None => Ok(()),
     }
+}
+
+/// Whether `vgpud:` names are ordinary XML in element `e` and below: `inherited` unless `e`
+/// declares `xmlns:vgpud`, then whether that declaration is not [`TEMPLATE_NS`].
+fn literal_scope(
+    reader: &Reader<&[u8]>,
+    e: &BytesStart<'_>,
+    inherited: bool,
+    err: &impl Fn(String) -> XmlError,
+) -> Result<bool, XmlError> {
+    let declared = e
+        .try_get_attribute(XMLNS)
+        .map_err(|e| err(format!("bad attribute: {e}")))?;
+    let Some(attr) = declared else {
+        return Ok(inherited);
+    };
+    let uri = attr
+        .decode_and_unescape_value(reader.decoder())
+        .map_err(|e| err(format!("bad value of {XMLNS}: {e}")))?;
+    if uri.is_empty() {
+        return Err(err(format!("{XMLNS} must not be empty")));
+    }
+    Ok(uri != TEMPLATE_NS)
 }
 
 /// Writes the collected text, trimmed, with placeholders replaced in template mode.
@@ -317,7 +414,7 @@ fn flush_text(
         return Err(err(format!("text outside an element: {trimmed:?}")));
     }
     match mode {
-        Mode::Template(ctx) => out.text(&substitute(trimmed, ctx, template)?)?,
+        Mode::Template(vars) => out.text(&substitute(trimmed, *vars, template)?)?,
         Mode::Fragment { .. } => out.text(trimmed)?,
     }
     text.clear();
@@ -325,11 +422,13 @@ fn flush_text(
 }
 
 /// The start tag to write for `e`, or `None` when a `vgpud:if` condition is false.
+/// `literal`: `vgpud:` attributes are ordinary XML here (see [`literal_scope`]).
 fn build_start(
     reader: &Reader<&[u8]>,
     e: &BytesStart<'_>,
     name: &str,
     mode: &Mode<'_>,
+    literal: bool,
     template: &str,
     err: &impl Fn(String) -> XmlError,
 ) -> Result<Option<BytesStart<'static>>, XmlError> {
@@ -340,10 +439,10 @@ fn build_start(
         let value = attr
             .decode_and_unescape_value(reader.decoder())
             .map_err(|e| err(format!("bad value of attribute {key} in <{name}>: {e}")))?;
-        let ctx = match mode {
-            Mode::Template(ctx) => ctx,
+        let vars = match mode {
+            Mode::Template(vars) => *vars,
             Mode::Fragment { .. } => {
-                if key.starts_with(PREFIX) || key == XMLNS {
+                if !literal && (key.starts_with(PREFIX) || key == XMLNS) {
                     return Err(err(format!("template attribute {key} in a fragment")));
                 }
                 start.push_attribute((key, value.as_ref()));
@@ -351,27 +450,31 @@ fn build_start(
             }
         };
         if key == XMLNS {
+            // A namespace declaration is copied as written, never substituted.
+            if literal {
+                start.push_attribute((key, value.as_ref()));
+            }
             continue;
         }
-        if key == IF_ATTR {
+        if !literal && key == IF_ATTR {
             check_var_name(&value).map_err(|m| err(format!("{IF_ATTR}: {m}")))?;
-            if ctx.get(&value).is_none() {
+            if vars.get(&value).is_none() {
                 return Ok(None);
             }
             continue;
         }
-        if key.starts_with(PREFIX) {
+        if !literal && key.starts_with(PREFIX) {
             return Err(err(format!("unknown template attribute {key} in <{name}>")));
         }
         if let Some(var) = optional_placeholder(&value) {
             check_var_name(var).map_err(|m| err(format!("attribute {key}: {m}")))?;
-            if let Some(v) = ctx.get(var) {
+            if let Some(v) = vars.get(var) {
                 check_value(v, template, var)?;
                 start.push_attribute((key, v));
             }
             continue;
         }
-        start.push_attribute((key, substitute(&value, ctx, template)?.as_str()));
+        start.push_attribute((key, substitute(&value, vars, template)?.as_str()));
     }
     Ok(Some(start))
 }
@@ -380,7 +483,7 @@ fn build_start(
 fn insert(
     reader: &Reader<&[u8]>,
     e: &BytesStart<'_>,
-    ctx: &Context,
+    vars: Vars<'_>,
     out: &mut Emitter<'_>,
     template: &str,
     err: &impl Fn(String) -> XmlError,
@@ -405,7 +508,7 @@ fn insert(
         }
     }
     let list = list.ok_or_else(|| err(format!("<{INSERT_ELEMENT}> needs a name attribute")))?;
-    let fragments = ctx
+    let fragments = vars
         .fragments(&list)
         .ok_or_else(|| XmlError::UnknownInsert {
             template: template.to_owned(),
@@ -425,7 +528,7 @@ fn optional_placeholder(value: &str) -> Option<&str> {
 }
 
 /// Replaces `{var}` placeholders in `raw`; `{{` and `}}` are literal braces.
-pub(crate) fn substitute(raw: &str, ctx: &Context, template: &str) -> Result<String, XmlError> {
+fn substitute(raw: &str, vars: Vars<'_>, template: &str) -> Result<String, XmlError> {
     let syntax = |message: String| XmlError::Template {
         template: template.to_owned(),
         message,
@@ -452,7 +555,7 @@ pub(crate) fn substitute(raw: &str, ctx: &Context, template: &str) -> Result<Str
                 )));
             }
             check_var_name(var).map_err(|m| syntax(format!("in {raw:?}: {m}")))?;
-            let value = ctx.get(var).ok_or_else(|| XmlError::UnknownVariable {
+            let value = vars.get(var).ok_or_else(|| XmlError::UnknownVariable {
                 template: template.to_owned(),
                 variable: var.to_owned(),
             })?;
@@ -496,7 +599,7 @@ fn check_value(value: &str, template: &str, variable: &str) -> Result<(), XmlErr
 }
 
 /// The character of a predefined entity or character reference.
-fn resolve_reference(r: &BytesRef<'_>) -> Result<char, String> {
+pub(super) fn resolve_reference(r: &BytesRef<'_>) -> Result<char, String> {
     if let Some(c) = r
         .resolve_char_ref()
         .map_err(|e| format!("bad character reference: {e}"))?
@@ -710,6 +813,61 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, "<r a=\"&lt;A\">x &amp; y</r>\n");
+    }
+
+    #[test]
+    fn vgpud_bound_to_another_namespace_is_ordinary_xml() {
+        let tpl = "<r xmlns:vgpud='urn:vgpud:template:1'>\
+                   <vgpud:devices xmlns:vgpud='http://vgpud.org/xmlns/domain/1'>\
+                   <vgpud:device vgpud:if='x' uuid='{u}'/></vgpud:devices>\
+                   <k vgpud:if='absent'/></r>";
+        let mut ctx = Context::new();
+        ctx.set("u", "1");
+        let out = render(tpl, &ctx).unwrap();
+        assert_eq!(
+            out,
+            "<r>\n  <vgpud:devices xmlns:vgpud=\"http://vgpud.org/xmlns/domain/1\">\n    \
+             <vgpud:device vgpud:if=\"x\" uuid=\"1\"/>\n  </vgpud:devices>\n</r>\n"
+        );
+    }
+
+    #[test]
+    fn fragments_may_carry_the_metadata_namespace_but_no_markup() {
+        let meta = "<vgpud:devices xmlns:vgpud='http://vgpud.org/xmlns/domain/1'>\
+                    <vgpud:device uuid='1'/></vgpud:devices>";
+        let mut ctx = Context::new();
+        ctx.set_fragments("l", vec![meta.to_owned()]);
+        let out = render("<r><vgpud:insert name='l'/></r>", &ctx).unwrap();
+        assert!(out.contains("<vgpud:device uuid=\"1\"/>"), "{out}");
+        for bad in [
+            "<a xmlns:vgpud='urn:vgpud:template:1' vgpud:if='x'/>",
+            "<vgpud:insert name='l'/>",
+            "<a xmlns:vgpud=''/>",
+        ] {
+            ctx.set_fragments("l", vec![bad.to_owned()]);
+            let err = render("<r><vgpud:insert name='l'/></r>", &ctx).unwrap_err();
+            assert!(matches!(err, XmlError::Fragment { .. }), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn references_walk_every_branch() {
+        let tpl = Template::new(
+            "refs.xml",
+            "<r a='{a?}'><g vgpud:if='c'><x>{b}</x><vgpud:insert name='l'/></g>\
+             <m xmlns:vgpud='urn:other'><vgpud:y z='{d}'/></m></r>",
+        );
+        let refs = tpl.references().unwrap();
+        let names = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&refs.variables), ["a", "b", "c", "d"]);
+        assert_eq!(names(&refs.lists), ["l"]);
+        let err = Template::new("bad.xml", "<r>{x</r>")
+            .references()
+            .unwrap_err();
+        assert!(
+            matches!(&err, XmlError::Template { template, .. } if template == "bad.xml"),
+            "{err}"
+        );
     }
 
     #[test]

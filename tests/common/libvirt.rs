@@ -69,3 +69,35 @@ pub fn assert_valid_hostdev(fragment: &str) {
     .unwrap();
     assert_valid_domain(&domain);
 }
+
+/// libvirt's test driver is one shared state per process: one test at a time uses it.
+static TEST_DRIVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Defines `xml` in libvirt's built-in test driver (`test:///default`, no daemon) with
+/// `VIR_DOMAIN_DEFINE_VALIDATE` (the schema check in process), reads it back with
+/// `virDomainGetXMLDesc(0)` and undefines it. `Err` carries libvirt's message when the
+/// define is refused.
+pub fn define_and_read_back(xml: &str) -> Result<String, String> {
+    let _guard = TEST_DRIVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    virt::error::clear_error_callback();
+    let conn = virt::connect::Connect::open(Some("test:///default"))
+        .map_err(|e| format!("opening test:///default: {e}"))
+        .unwrap();
+    let domain = conn
+        .define_domain_xml_flags(xml, virt::sys::VIR_DOMAIN_DEFINE_VALIDATE)
+        .map_err(|e| e.to_string())?;
+    let read_back = domain.xml_desc(0);
+    domain.undefine().unwrap();
+    Ok(read_back.unwrap())
+}
+
+/// [`define_and_read_back`] that panics, with the domain, when libvirt refuses it.
+#[track_caller]
+pub fn assert_defines(xml: &str) -> String {
+    match define_and_read_back(xml) {
+        Ok(read_back) => read_back,
+        Err(e) => panic!("libvirt's test driver refuses the domain: {e}\n--- domain ---\n{xml}"),
+    }
+}
