@@ -314,3 +314,39 @@ async fn a_rendered_domain_validates_in_libvirt_and_drives_the_hook() {
         .expect_err("unknown device");
     assert_eq!(common::proxy::error_name(&err), "org.vgpud1.Error.NotFound");
 }
+
+#[tokio::test]
+async fn user_templates_in_etc_vgpud_templates_are_used_by_name() {
+    let host = TestHost::new(&["nvidia-turing"]);
+    let dir = host.path("etc/vgpud/templates");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let builtin = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("xml-templates/domain-vdi.xml"),
+    )
+    .expect("built-in template");
+    let mine = builtin.replace("<clock offset=\"utc\"/>", "<clock offset=\"localtime\"/>");
+    assert_ne!(mine, builtin, "the edit applies");
+    std::fs::write(dir.join("windows.xml"), mine).expect("write");
+    let bus = TestBus::start(Policy::Open);
+    let _d = Daemon::start(&bus, &host).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    let (a, _) = m.create_device("RTX6000-2Q", opts(&[])).await.expect("a");
+    let mut o: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    o.insert("template", zbus::Variant::from("windows"));
+    let xml: String = m
+        .inner()
+        .call("RenderDomain", &("win-1", vec![a.as_str()], o))
+        .await
+        .expect("RenderDomain with a user template");
+    assert!(xml.contains("localtime"), "{xml}");
+    common::libvirt::assert_valid_domain(&xml);
+    let mut o: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    o.insert("template", zbus::Variant::from("nope"));
+    let err = m
+        .inner()
+        .call::<_, _, String>("RenderDomain", &("win-1", vec![a.as_str()], o))
+        .await
+        .expect_err("unknown template");
+    assert_eq!(common::proxy::error_name(&err), "org.vgpud1.Error.NotFound");
+}

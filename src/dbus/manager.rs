@@ -333,6 +333,9 @@ impl Manager {
                 xml::XmlError::Template { .. }
                 | xml::XmlError::TemplateFile { .. }
                 | xml::XmlError::UnknownVariable { .. }
+                | xml::XmlError::UnsupportedName { .. }
+                | xml::XmlError::UnknownInsert { .. }
+                | xml::XmlError::Fragment { .. }
                 | xml::XmlError::Write { .. } => EngineError::Xml {
                     uuid: domain.name.clone(),
                     message: e.to_string(),
