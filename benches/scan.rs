@@ -98,23 +98,7 @@ fn start_bus(dir: &Path) -> Bus {
     Bus(child, line.trim().to_string())
 }
 
-#[zbus::proxy(
-    interface = "org.vgpud1.Manager",
-    default_service = "org.vgpud1",
-    default_path = "/org/vgpud1"
-)]
-trait Manager {
-    fn create_device(
-        &self,
-        r#type: &str,
-        options: HashMap<&str, zbus::Variant<'_>>,
-    ) -> zbus::Result<(String, zbus::OwnedObjectPath)>;
-    fn remove_device(
-        &self,
-        uuid: &str,
-        options: HashMap<&str, zbus::Variant<'_>>,
-    ) -> zbus::Result<()>;
-}
+use vgpud::dbus::client::ManagerProxy;
 
 async fn bus_latency(root: &Path, bus: &Bus, rounds: usize) {
     let started = Instant::now();

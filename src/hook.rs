@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use zbus::{OwnedObjectPath, OwnedVariant, Variant};
+use zbus::{OwnedVariant, Variant};
 
+use crate::dbus::client::ManagerProxy;
 use crate::dbus::BUS_NAME;
 use crate::xml;
 
@@ -47,21 +48,6 @@ pub enum HookError {
         /// Why.
         reason: String,
     },
-}
-
-#[zbus::proxy(
-    interface = "org.vgpud1.Manager",
-    default_service = "org.vgpud1",
-    default_path = "/org/vgpud1"
-)]
-trait Manager {
-    fn create_device(
-        &self,
-        r#type: &str,
-        options: HashMap<&str, Variant<'_>>,
-    ) -> zbus::Result<(String, OwnedObjectPath)>;
-    fn start_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
-    fn remove_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
 }
 
 /// What vgpud says of one device.

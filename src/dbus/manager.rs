@@ -10,7 +10,7 @@ use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
 use super::{export_device, paths, unexport_device};
 use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest};
-use crate::libvirt::{AttachError, AttachOptions, LibvirtOps};
+use crate::libvirt::{AttachOptions, Change, LibvirtOps};
 use crate::xml;
 
 /// The manager object.
@@ -30,13 +30,32 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// Runs an attach or detach on the blocking pool (libvirt calls block).
-async fn run_attach<T: Send + 'static>(
-    f: impl FnOnce() -> std::result::Result<T, AttachError> + Send + 'static,
-) -> Result<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(Error::from),
-        Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
+impl Manager {
+    /// AttachDevice and DetachDevice: on the blocking pool (libvirt calls block), then the
+    /// device's Owner changes.
+    async fn attachment(
+        &self,
+        change: Change,
+        uuid: String,
+        domain: String,
+        options: Options,
+        server: &ObjectServer,
+    ) -> Result<()> {
+        let method = match change {
+            Change::Attach => "AttachDevice",
+            Change::Detach => "DetachDevice",
+        };
+        let opts = attach_options(method, options)?;
+        let (engine, libvirt) = (self.engine.clone(), self.libvirt.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            crate::libvirt::change(&engine, &*libvirt, &uuid, &domain, opts, change)
+        });
+        let info = match task.await {
+            Ok(r) => r.map_err(Error::from)?,
+            Err(e) => return Err(Error::Failed(format!("internal task failed: {e}"))),
+        };
+        super::device_changed(server, &info.uuid).await;
+        Ok(())
     }
 }
 
@@ -243,13 +262,8 @@ impl Manager {
         options: Options,
         #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<()> {
-        let opts = attach_options("AttachDevice", options)?;
-        let (engine, libvirt) = (self.engine.clone(), self.libvirt.clone());
-        let info =
-            run_attach(move || crate::libvirt::attach(&engine, &*libvirt, &uuid, &domain, opts))
-                .await?;
-        super::device_changed(server, &info.uuid).await;
-        Ok(())
+        self.attachment(Change::Attach, uuid, domain, options, server)
+            .await
     }
 
     /// Detaches a device from the libvirt domain that owns it; the device is then free.
@@ -261,13 +275,8 @@ impl Manager {
         options: Options,
         #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<()> {
-        let opts = attach_options("DetachDevice", options)?;
-        let (engine, libvirt) = (self.engine.clone(), self.libvirt.clone());
-        let info =
-            run_attach(move || crate::libvirt::detach(&engine, &*libvirt, &uuid, &domain, opts))
-                .await?;
-        super::device_changed(server, &info.uuid).await;
-        Ok(())
+        self.attachment(Change::Detach, uuid, domain, options, server)
+            .await
     }
 
     /// A complete VDI domain for the devices `uuids` (the first drives the display), from a

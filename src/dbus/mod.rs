@@ -2,6 +2,7 @@
 //! GPU and per device, turns engine errors into named bus errors in one place
 //! ([`error::Error`]), and emits signals and property changes. No logic lives here.
 
+pub mod client;
 pub mod error;
 mod manager;
 mod objects;

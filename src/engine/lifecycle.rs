@@ -106,51 +106,55 @@ impl Engine {
 
     /// Writes the definition (if persistent) and vgpud's record of a device just created.
     fn persist_created(&self, dev: MdevDevice, req: &CreateRequest) -> EngineResult<DeviceInfo> {
-        let attrs: Vec<(String, String)> = req
-            .params
-            .iter()
-            .map(|p| (VGPU_PARAMS.to_string(), p.clone()))
-            .collect();
-        if req.persistent {
+        self.persist_new(
+            dev,
+            &req.owner,
+            req.params.as_deref(),
+            req.persistent,
+            req.autostart,
+        )
+    }
+
+    /// Writes the definition (if persistent) and the record of a device that exists.
+    pub(super) fn persist_new(
+        &self,
+        dev: MdevDevice,
+        owner: &str,
+        params: Option<&str>,
+        persistent: bool,
+        autostart: bool,
+    ) -> EngineResult<DeviceInfo> {
+        if persistent {
             mdevctl::write(
                 &self.host,
                 &mdevctl::Definition {
                     parent: dev.parent.clone(),
                     uuid: dev.uuid.clone(),
                     mdev_type: dev.type_id.clone(),
-                    autostart: req.autostart,
-                    attrs,
+                    autostart,
+                    attrs: params
+                        .iter()
+                        .map(|p| (VGPU_PARAMS.to_string(), p.to_string()))
+                        .collect(),
                 },
             )
             .map_err(|e| EngineError::persist(format!("defining {}", dev.uuid), e))?;
         }
-        let record = state::DeviceRecord {
-            version: state::VERSION,
-            uuid: dev.uuid.clone(),
-            kind: state::DeviceKind::Mdev,
-            parent: dev.parent.clone(),
-            type_id: dev.type_id.clone(),
-            owner: req.owner.clone(),
-            created: persist::now_unix(),
-            persistent: req.persistent,
-            autostart: req.persistent && req.autostart,
-            params: req.params.clone(),
-        };
-        state::write(&self.host, &record)
-            .map_err(|e| EngineError::persist(format!("recording {}", dev.uuid), e))?;
-        Ok(DeviceInfo {
+        let info = DeviceInfo {
             type_name: self.type_name(&dev.parent, &dev.type_id),
             uuid: dev.uuid,
             parent: dev.parent,
             type_id: dev.type_id,
-            owner: req.owner.clone(),
+            owner: owner.to_string(),
             iommu_group: dev.iommu_group,
             attributes: dev.attributes,
             active: true,
-            persistent: req.persistent,
-            autostart: record.autostart,
-            created: record.created,
-        })
+            persistent,
+            autostart: persistent && autostart,
+            created: persist::now_unix(),
+        };
+        self.write_record(&info, params.map(str::to_string))?;
+        Ok(info)
     }
 
     /// Removes a definition and record, logging failures (used on the way out of an error).
@@ -508,28 +512,14 @@ impl Engine {
         } else {
             info.created
         };
-        state::write(
-            &self.host,
-            &state::DeviceRecord {
-                version: state::VERSION,
-                uuid: uuid.clone(),
-                kind: state::DeviceKind::Mdev,
-                parent: info.parent.clone(),
-                type_id: info.type_id.clone(),
-                owner: info.owner.clone(),
-                created,
-                persistent,
-                autostart,
-                params,
-            },
-        )
-        .map_err(|e| EngineError::persist(format!("recording {uuid}"), e))?;
-        Ok(DeviceInfo {
+        let updated = DeviceInfo {
             persistent,
             autostart,
             created,
             ..info.clone()
-        })
+        };
+        self.write_record(&updated, params)?;
+        Ok(updated)
     }
 
     /// Changes a device's owner tag (attach and detach do), kept in vgpud's record.
@@ -542,28 +532,33 @@ impl Engine {
             .into_iter()
             .find(|(k, _)| k == VGPU_PARAMS)
             .map(|(_, v)| v);
+        let updated = DeviceInfo {
+            owner: owner.to_string(),
+            ..info
+        };
+        self.write_record(&updated, params)?;
+        claim.finish(Some(updated.clone()));
+        Ok(updated)
+    }
+
+    /// Writes vgpud's record of a device as `info` describes it.
+    fn write_record(&self, info: &DeviceInfo, params: Option<String>) -> EngineResult<()> {
         state::write(
             &self.host,
             &state::DeviceRecord {
                 version: state::VERSION,
-                uuid: uuid.clone(),
+                uuid: info.uuid.clone(),
                 kind: state::DeviceKind::Mdev,
                 parent: info.parent.clone(),
                 type_id: info.type_id.clone(),
-                owner: owner.to_string(),
+                owner: info.owner.clone(),
                 created: info.created,
                 persistent: info.persistent,
                 autostart: info.autostart,
                 params,
             },
         )
-        .map_err(|e| EngineError::persist(format!("recording the owner of {uuid}"), e))?;
-        let updated = DeviceInfo {
-            owner: owner.to_string(),
-            ..info
-        };
-        claim.finish(Some(updated.clone()));
-        Ok(updated)
+        .map_err(|e| EngineError::persist(format!("recording {}", info.uuid), e))
     }
 
     /// A device found on the host, described with what vgpud knows of it.

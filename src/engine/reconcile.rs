@@ -159,38 +159,7 @@ impl Engine {
                         tracing::warn!(%uuid, error = %e, "could not rewrite vgpu_params");
                     }
                 }
-                if *persistent {
-                    mdevctl::write(
-                        &self.host,
-                        &mdevctl::Definition {
-                            parent: dev.parent.clone(),
-                            uuid: uuid.to_string(),
-                            mdev_type: dev.type_id.clone(),
-                            autostart: *autostart,
-                            attrs: params
-                                .iter()
-                                .map(|p| (VGPU_PARAMS.to_string(), p.clone()))
-                                .collect(),
-                        },
-                    )
-                    .map_err(persist_err("defining"))?;
-                }
-                state::write(
-                    &self.host,
-                    &state::DeviceRecord {
-                        version: state::VERSION,
-                        uuid: uuid.to_string(),
-                        kind: state::DeviceKind::Mdev,
-                        parent: dev.parent,
-                        type_id: dev.type_id,
-                        owner: owner.clone(),
-                        created: persist::now_unix(),
-                        persistent: *persistent,
-                        autostart: *persistent && *autostart,
-                        params: params.clone(),
-                    },
-                )
-                .map_err(persist_err("recording"))?;
+                self.persist_new(dev, owner, params.as_deref(), *persistent, *autostart)?;
                 Ok("the device exists, so the create was completed")
             }
             (Operation::Create { .. }, None) => {

@@ -259,6 +259,15 @@ fn check_domain_name(domain: &str) -> Result<(), AttachError> {
     Ok(())
 }
 
+/// Attach or detach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Attach the device; its owner becomes the domain.
+    Attach,
+    /// Detach the device; it is free again.
+    Detach,
+}
+
 /// Attaches a device to a domain: its owner becomes the domain. A device owned by another
 /// domain is refused.
 pub fn attach(
@@ -267,6 +276,29 @@ pub fn attach(
     uuid: &str,
     domain: &str,
     opts: AttachOptions,
+) -> Result<DeviceInfo, AttachError> {
+    change(engine, ops, uuid, domain, opts, Change::Attach)
+}
+
+/// Detaches a device from the domain that owns it; the device is then free (empty owner).
+pub fn detach(
+    engine: &Engine,
+    ops: &dyn LibvirtOps,
+    uuid: &str,
+    domain: &str,
+    opts: AttachOptions,
+) -> Result<DeviceInfo, AttachError> {
+    change(engine, ops, uuid, domain, opts, Change::Detach)
+}
+
+/// Attaches or detaches a device, refusing one owned by another domain.
+pub fn change(
+    engine: &Engine,
+    ops: &dyn LibvirtOps,
+    uuid: &str,
+    domain: &str,
+    opts: AttachOptions,
+    change: Change,
 ) -> Result<DeviceInfo, AttachError> {
     check_domain_name(domain)?;
     let device = known_device(engine, uuid)?;
@@ -278,30 +310,17 @@ pub fn attach(
     }
     let xml = engine.hostdev_xml(&device.uuid, &HostdevOptions::default())?;
     let impact = impact(ops.domain_state(domain)?, opts, domain)?;
-    ops.attach(domain, &xml, impact)?;
-    Ok(engine.set_owner(&device.uuid, domain)?)
-}
-
-/// Detaches a device from the domain that owns it; the device is then free (empty owner).
-pub fn detach(
-    engine: &Engine,
-    ops: &dyn LibvirtOps,
-    uuid: &str,
-    domain: &str,
-    opts: AttachOptions,
-) -> Result<DeviceInfo, AttachError> {
-    check_domain_name(domain)?;
-    let device = known_device(engine, uuid)?;
-    if device.owner != domain && !device.owner.is_empty() {
-        return Err(AttachError::OwnedByOther {
-            uuid: device.uuid,
-            owner: device.owner,
-        });
-    }
-    let xml = engine.hostdev_xml(&device.uuid, &HostdevOptions::default())?;
-    let impact = impact(ops.domain_state(domain)?, opts, domain)?;
-    ops.detach(domain, &xml, impact)?;
-    Ok(engine.set_owner(&device.uuid, "")?)
+    let owner = match change {
+        Change::Attach => {
+            ops.attach(domain, &xml, impact)?;
+            domain
+        }
+        Change::Detach => {
+            ops.detach(domain, &xml, impact)?;
+            ""
+        }
+    };
+    Ok(engine.set_owner(&device.uuid, owner)?)
 }
 
 fn known_device(engine: &Engine, uuid: &str) -> Result<DeviceInfo, AttachError> {

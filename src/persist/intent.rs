@@ -3,13 +3,11 @@
 //! intent) before it serves anyone. One file per UUID in flight,
 //! `var/lib/vgpud/intents/<uuid>.json`: the engine never runs two operations on one UUID.
 
-use std::fs;
-use std::io;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{remove_durable, write_atomic, PersistError, PersistResult};
+use super::{remove_durable, write_atomic, PersistResult};
 use crate::host::Host;
 
 /// The format version of intents.
@@ -96,35 +94,10 @@ pub fn close(host: &Host, uuid: &str) -> PersistResult<()> {
 
 /// Every open intent, oldest first.
 pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
-    let dir = dir(host);
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(PersistError::Io {
-                action: "listing",
-                path: dir,
-                source,
-            })
-        }
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let file = entry.path();
-        if file.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        let text = fs::read_to_string(&file).map_err(|source| PersistError::Io {
-            action: "reading",
-            path: file.clone(),
-            source,
-        })?;
-        let intent: Intent = serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
-            path: file.clone(),
-            reason: e.to_string(),
-        })?;
-        out.push(intent);
-    }
+    let mut out: Vec<Intent> = super::read_json_dir(&dir(host))?
+        .into_iter()
+        .map(|(_, intent)| intent)
+        .collect();
     out.sort_by_key(|i| (i.started, i.uuid.clone()));
     Ok(out)
 }
@@ -156,7 +129,7 @@ mod tests {
         }
         open(&host, &intent).expect("update");
         assert_eq!(read_all(&host).expect("read"), vec![intent.clone()]);
-        let text = fs::read_to_string(path(&host, &intent.uuid)).expect("text");
+        let text = std::fs::read_to_string(path(&host, &intent.uuid)).expect("text");
         assert!(text.contains("\"op\":\"create\""), "{text}");
         close(&host, &intent.uuid).expect("close");
         assert!(read_all(&host).expect("read").is_empty());

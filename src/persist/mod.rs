@@ -144,6 +144,32 @@ pub fn sweep_temporaries(dir: &Path) -> PersistResult<usize> {
     Ok(removed)
 }
 
+/// Reads every `*.json` file of `dir` as a `T`; a missing directory holds none. A file
+/// that does not parse is an error naming it.
+pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+) -> PersistResult<Vec<(PathBuf, T)>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("listing", dir)(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let file = entry.path();
+        if file.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = fs::read_to_string(&file).map_err(io_err("reading", &file))?;
+        let value = serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
+            path: file.clone(),
+            reason: e.to_string(),
+        })?;
+        out.push((file, value));
+    }
+    Ok(out)
+}
+
 /// Seconds since the Unix epoch.
 pub fn now_unix() -> u64 {
     std::time::SystemTime::now()

@@ -1,8 +1,6 @@
 //! vgpud's own record of each device it created or manages: what mdevctl's format cannot hold.
 //! One file per device, `var/lib/vgpud/devices/<uuid>.json`, versioned JSON.
 
-use std::fs;
-use std::io;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -72,34 +70,8 @@ pub fn remove(host: &Host, uuid: &str) -> PersistResult<bool> {
 /// Reads every record; a record of a newer version or a malformed one is an error, so vgpud
 /// never silently drops what a newer vgpud wrote.
 pub fn read_all(host: &Host) -> PersistResult<Vec<DeviceRecord>> {
-    let dir = dir(host);
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(PersistError::Io {
-                action: "listing",
-                path: dir,
-                source,
-            })
-        }
-    };
     let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let file = entry.path();
-        if file.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        let text = fs::read_to_string(&file).map_err(|source| PersistError::Io {
-            action: "reading",
-            path: file.clone(),
-            source,
-        })?;
-        let record: DeviceRecord =
-            serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
-                path: file.clone(),
-                reason: e.to_string(),
-            })?;
+    for (file, record) in super::read_json_dir::<DeviceRecord>(&dir(host))? {
         if record.version > VERSION {
             return Err(PersistError::Malformed {
                 path: file,
@@ -137,7 +109,7 @@ mod tests {
         };
         write(&host, &rec).expect("write");
         assert_eq!(read_all(&host).expect("read"), vec![rec.clone()]);
-        let text = fs::read_to_string(path(&host, &rec.uuid)).expect("text");
+        let text = std::fs::read_to_string(path(&host, &rec.uuid)).expect("text");
         assert!(text.contains("\"kind\": \"mdev\""), "{text}");
         let newer = DeviceRecord {
             version: VERSION + 1,
