@@ -712,21 +712,42 @@ async fn system_bus_policy_lets_others_read_but_not_change() {
         "{}",
         String::from_utf8_lossy(&read.stderr)
     );
-    let write = as_nobody(&[
+    let dev = "a1b2c3d4-0000-4000-8000-000000000001";
+    let changes: [&[&str]; 7] = [
+        &["CreateDevice", "sa{sv}", "mtty-1", "0"],
+        &["RemoveDevice", "sa{sv}", dev, "0"],
+        &["StartDevice", "sa{sv}", dev, "0"],
+        &["StopDevice", "sa{sv}", dev, "0"],
+        &["ModifyDevice", "sa{sv}", dev, "0"],
+        &["AttachDevice", "ssa{sv}", dev, "vm", "0"],
+        &["DetachDevice", "ssa{sv}", dev, "vm", "0"],
+    ];
+    for call in changes {
+        let mut args = vec!["call", "org.vgpud1", "/org/vgpud1", "org.vgpud1.Manager"];
+        args.extend_from_slice(call);
+        let write = as_nobody(&args);
+        assert!(!write.status.success(), "{call:?}");
+        let err = String::from_utf8_lossy(&write.stderr);
+        assert!(
+            err.contains("Access denied") || err.contains("AccessDenied"),
+            "{call:?}: {err}"
+        );
+    }
+    let render = as_nobody(&[
         "call",
         "org.vgpud1",
         "/org/vgpud1",
         "org.vgpud1.Manager",
-        "CreateDevice",
-        "sa{sv}",
-        "mtty-1",
+        "RenderDomain",
+        "sasa{sv}",
+        "vm",
+        "0",
         "0",
     ]);
-    assert!(!write.status.success());
-    let err = String::from_utf8_lossy(&write.stderr);
     assert!(
-        err.contains("Access denied") || err.contains("AccessDenied"),
-        "{err}"
+        render.status.success(),
+        "{}",
+        String::from_utf8_lossy(&render.stderr)
     );
     // root may.
     bus.busctl_call(
