@@ -129,38 +129,45 @@ async fn device_changed(server: &ObjectServer, uuid: &str) {
 }
 
 /// Publishes what changed: GPU and device objects come and go, properties change, and the
-/// manager's signals tell what happened.
+/// manager's signals tell what happened. A failure on one item is logged and the others are
+/// still published.
 pub async fn publish(conn: &Connection, engine: &Arc<Engine>, changes: DeviceChanges) {
-    if let Err(e) = publish_changes(conn, engine, changes).await {
-        tracing::warn!(error = %e, "could not publish changes on the bus");
-    }
-}
-
-async fn publish_changes(
-    conn: &Connection,
-    engine: &Arc<Engine>,
-    changes: DeviceChanges,
-) -> zbus::Result<()> {
     let server = conn.object_server();
-    let emitter = SignalEmitter::new(conn, paths::ROOT)?;
+    let emitter = match SignalEmitter::new(conn, paths::ROOT) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot emit signals");
+            return;
+        }
+    };
+    let log = |what: &str, r: zbus::Result<()>| {
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "could not publish {what}");
+        }
+    };
     for address in &changes.gpus_added {
-        server
-            .at(
-                paths::gpu_path(address),
-                GpuObject {
-                    engine: engine.clone(),
-                    address: address.clone(),
-                },
-            )
-            .await?;
+        let gpu = GpuObject {
+            engine: engine.clone(),
+            address: address.clone(),
+        };
+        log(
+            "a new GPU",
+            server.at(paths::gpu_path(address), gpu).await.map(|_| ()),
+        );
     }
     for info in &changes.added {
-        let path = export_device(server, engine, info).await?;
-        Manager::device_created(&emitter, &info.uuid, path.as_ref()).await?;
+        let r = async {
+            let path = export_device(server, engine, info).await?;
+            Manager::device_created(&emitter, &info.uuid, path.as_ref()).await
+        };
+        log("a new device", r.await);
     }
     for info in &changes.removed {
-        let path = unexport_device(server, info).await?;
-        Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
+        let r = async {
+            let path = unexport_device(server, info).await?;
+            Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await
+        };
+        log("a removed device", r.await);
     }
     for info in &changes.updated {
         device_changed(server, &info.uuid).await;
@@ -168,12 +175,18 @@ async fn publish_changes(
     }
     for drift in &changes.drift {
         tracing::info!(uuid = %drift.uuid, event = drift.event, "{}", drift.detail);
-        Manager::device_drift(&emitter, &drift.uuid, drift.event, &drift.detail).await?;
+        log(
+            "drift",
+            Manager::device_drift(&emitter, &drift.uuid, drift.event, &drift.detail).await,
+        );
     }
     for address in &changes.gpus_removed {
-        server
-            .remove::<GpuObject, _>(paths::gpu_path(address))
-            .await?;
+        log(
+            "a removed GPU",
+            server
+                .remove::<GpuObject, _>(paths::gpu_path(address))
+                .await
+                .map(|_| ()),
+        );
     }
-    Ok(())
 }

@@ -111,6 +111,9 @@ struct GpuEntry {
 struct Registry {
     devices: BTreeMap<String, DeviceInfo>,
     in_flight: BTreeSet<String>,
+    /// UUIDs whose operation finished since the running refresh took its snapshot of the
+    /// host: the snapshot may predate them, so that refresh leaves them alone.
+    touched: BTreeSet<String>,
 }
 
 /// The engine: inventory, registry and the operations on them.
@@ -118,6 +121,8 @@ pub struct Engine {
     host: Host,
     gpus: RwLock<BTreeMap<String, GpuEntry>>,
     registry: Mutex<Registry>,
+    /// One refresh at a time, so a refresh's snapshot and `touched` belong together.
+    refreshing: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -135,6 +140,7 @@ impl Engine {
             host,
             gpus: RwLock::new(BTreeMap::new()),
             registry: Mutex::new(Registry::default()),
+            refreshing: Mutex::new(()),
         };
         engine.rescan_gpus()?;
         engine.replay_intents()?;
@@ -405,6 +411,7 @@ impl InFlight<'_> {
             }
         }
         reg.in_flight.remove(&self.uuid);
+        reg.touched.insert(self.uuid.clone());
     }
 }
 

@@ -95,7 +95,7 @@ pub struct RestoreReport {
 
 /// The devices that should be known: active ones, defined ones, recorded ones; and the
 /// records of devices that neither exist nor are defined (transient devices that are gone).
-struct Merged {
+pub(super) struct Merged {
     devices: BTreeMap<String, DeviceInfo>,
     stale_records: Vec<String>,
 }
@@ -264,7 +264,7 @@ impl Engine {
     }
 
     /// Reads sysfs, the definitions and the records, and merges them by UUID.
-    fn merge(&self, initial: bool) -> EngineResult<Merged> {
+    pub(super) fn merge(&self, initial: bool) -> EngineResult<Merged> {
         let active = discovery::scan_devices(&self.host)
             .map_err(|e| EngineError::host("scanning mdev devices", e))?;
         let (defs, bad) = mdevctl::read_all(&self.host)
@@ -320,13 +320,31 @@ impl Engine {
     /// Compares the registry with the host and the definitions. At start (`initial`) it only
     /// fills the registry; while running it reports what changed and repairs drift.
     pub(super) fn refresh(&self, initial: bool) -> EngineResult<DeviceChanges> {
+        let _one_at_a_time = self.begin_refresh();
         let merged = self.merge(initial)?;
+        Ok(self.apply(merged, initial))
+    }
+
+    /// Starts a refresh: one at a time, and from here on every finished operation is marked,
+    /// since the snapshot about to be taken may predate it.
+    pub(super) fn begin_refresh(&self) -> std::sync::MutexGuard<'_, ()> {
+        let guard = lock(&self.refreshing);
+        lock(&self.registry).touched.clear();
+        guard
+    }
+
+    /// Applies a snapshot of the host to the registry, leaving alone the devices that are in
+    /// flight or changed since the snapshot was taken.
+    pub(super) fn apply(&self, merged: Merged, initial: bool) -> DeviceChanges {
         let mut changes = DeviceChanges::default();
         let mut repair = Vec::new();
         {
             let mut reg = lock(&self.registry);
+            let busy = |reg: &super::Registry, uuid: &str| {
+                reg.in_flight.contains(uuid) || reg.touched.contains(uuid)
+            };
             for uuid in &merged.stale_records {
-                if reg.in_flight.contains(uuid) {
+                if busy(&reg, uuid) {
                     continue;
                 }
                 if let Err(e) = state::remove(&self.host, uuid) {
@@ -336,7 +354,7 @@ impl Engine {
             let gone: Vec<String> = reg
                 .devices
                 .keys()
-                .filter(|u| !merged.devices.contains_key(*u) && !reg.in_flight.contains(*u))
+                .filter(|u| !merged.devices.contains_key(*u) && !busy(&reg, u))
                 .cloned()
                 .collect();
             for uuid in gone {
@@ -355,7 +373,7 @@ impl Engine {
                 }
             }
             for (uuid, info) in merged.devices {
-                if reg.in_flight.contains(&uuid) {
+                if busy(&reg, &uuid) {
                     continue;
                 }
                 match reg.devices.get(&uuid) {
@@ -395,7 +413,7 @@ impl Engine {
         for uuid in repair {
             self.repair(&uuid, &mut changes);
         }
-        Ok(changes)
+        changes
     }
 
     /// Starts again an autostart device that vanished while running.

@@ -407,3 +407,79 @@ mod replay {
         assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 0);
     }
 }
+
+#[test]
+fn polls_racing_with_creates_and_removes_report_no_phantom_drift() {
+    let (_d, e) = engine(&["mtty"]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let e = e.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let changes = e.poll().expect("poll");
+                seen.extend(changes.drift.into_iter().map(|d| (d.uuid, d.event)));
+                seen.extend(changes.added.into_iter().map(|d| (d.uuid, "added")));
+                seen.extend(changes.removed.into_iter().map(|d| (d.uuid, "removed")));
+            }
+            seen
+        })
+    };
+    for _ in 0..60 {
+        let mut r = req("mtty-1");
+        r.persistent = false;
+        r.autostart = false;
+        let dev = e.create_device(&r).expect("create");
+        std::thread::sleep(Duration::from_millis(2));
+        e.remove_device(&dev.uuid).expect("remove");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = poller.join().expect("poller");
+    assert!(
+        seen.is_empty(),
+        "vgpud's own creates and removes are not drift: {seen:?}"
+    );
+    assert!(e.list_devices().is_empty());
+}
+
+#[test]
+fn a_snapshot_older_than_an_operation_does_not_undo_it() {
+    let (_d, e) = engine(&["mtty"]);
+    let mut r = req("mtty-2");
+    r.persistent = false;
+    r.autostart = false;
+    // A refresh takes its snapshot, then a create finishes, then the refresh applies it.
+    let guard = e.begin_refresh();
+    let before_create = e.merge(false).expect("snapshot");
+    let made = e.create_device(&r).expect("create");
+    let changes = e.apply(before_create, false);
+    drop(guard);
+    assert!(
+        changes.removed.is_empty() && changes.drift.is_empty(),
+        "{changes:?}"
+    );
+    assert!(e.device(&made.uuid).is_some(), "the new device stays known");
+    assert!(
+        crate::persist::state::read_all(e.host())
+            .expect("records")
+            .iter()
+            .any(|rec| rec.uuid == made.uuid),
+        "its record is not taken for a stale one"
+    );
+    // And the other way: the snapshot still shows a device that was removed since.
+    let guard = e.begin_refresh();
+    let before_remove = e.merge(false).expect("snapshot");
+    e.remove_device(&made.uuid).expect("remove");
+    let changes = e.apply(before_remove, false);
+    drop(guard);
+    assert!(
+        changes.added.is_empty() && changes.drift.is_empty(),
+        "{changes:?}"
+    );
+    assert!(
+        e.device(&made.uuid).is_none(),
+        "the removed device is not brought back"
+    );
+}

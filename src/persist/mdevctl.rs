@@ -130,7 +130,11 @@ pub fn read_all(host: &Host) -> PersistResult<(Vec<Definition>, Vec<BadDefinitio
                 continue;
             };
             let file = dir.join(&name);
-            let parsed = fs::read_to_string(&file)
+            let text = match fs::read_to_string(&file) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                other => other,
+            };
+            let parsed = text
                 .map_err(|source| PersistError::Io {
                     action: "reading",
                     path: file.clone(),

@@ -160,7 +160,12 @@ pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
         if file.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
         }
-        let text = fs::read_to_string(&file).map_err(io_err("reading", &file))?;
+        let text = match fs::read_to_string(&file) {
+            Ok(t) => t,
+            // Removed between the listing and the read: it is simply gone.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("reading", &file)(e)),
+        };
         let value = serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
             path: file.clone(),
             reason: e.to_string(),
