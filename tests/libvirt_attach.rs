@@ -129,20 +129,7 @@ async fn over_dbus_libvirt_errors_are_named_and_the_daemon_serves_without_libvir
     let attach_to = |domain: &'static str| {
         let m = m.clone();
         let uuid = uuid.clone();
-        async move {
-            let reply: zbus::Result<()> = m
-                .inner()
-                .call(
-                    "AttachDevice",
-                    &(
-                        uuid.as_str(),
-                        domain,
-                        HashMap::<&str, zbus::Variant<'_>>::new(),
-                    ),
-                )
-                .await;
-            reply
-        }
+        async move { m.attach_device(&uuid, domain, HashMap::new()).await }
     };
     let err = attach_to("test")
         .await
@@ -166,18 +153,10 @@ async fn over_dbus_libvirt_errors_are_named_and_the_daemon_serves_without_libvir
     let conn = bus.connect().await;
     let m = ManagerProxy::new(&conn).await.expect("manager");
     assert!(!m.list_gpus().await.expect("serves").is_empty());
-    let reply: zbus::Result<()> = m
-        .inner()
-        .call(
-            "AttachDevice",
-            &(
-                uuid.as_str(),
-                "vdi-1",
-                HashMap::<&str, zbus::Variant<'_>>::new(),
-            ),
-        )
-        .await;
-    let err = reply.expect_err("no libvirt");
+    let err = m
+        .attach_device(&uuid, "vdi-1", HashMap::new())
+        .await
+        .expect_err("no libvirt");
     assert_eq!(
         error_name(&err),
         "org.vgpud1.Error.LibvirtUnavailable",

@@ -229,9 +229,8 @@ async fn a_rendered_domain_validates_in_libvirt_and_drives_the_hook() {
     o.insert("network", zbus::Variant::from("default"));
     o.insert("uefi", zbus::Variant::from(true));
     o.insert("graphics", zbus::Variant::from("spice"));
-    let xml: String = m
-        .inner()
-        .call("RenderDomain", &("vdi-7", vec![a.as_str(), b.as_str()], o))
+    let xml = m
+        .render_domain("vdi-7", &[a.as_str(), b.as_str()], o)
         .await
         .expect("RenderDomain");
     common::libvirt::assert_valid_domain(&xml);
@@ -277,42 +276,30 @@ async fn a_rendered_domain_validates_in_libvirt_and_drives_the_hook() {
     assert!(out.status.success());
     assert!(listed(&m).await.is_empty());
 
-    // Bad options are named errors.
-    let mut bad: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
-    bad.insert("graphics", zbus::Variant::from("rdp"));
-    let err = m
-        .inner()
-        .call::<_, _, String>("RenderDomain", &("vdi-7", Vec::<&str>::new(), bad))
-        .await
-        .expect_err("rdp");
-    assert_eq!(
-        common::proxy::error_name(&err),
-        "org.vgpud1.Error.InvalidArgument"
-    );
-    let mut bad: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
-    bad.insert("template", zbus::Variant::from("../../etc/passwd"));
-    let err = m
-        .inner()
-        .call::<_, _, String>("RenderDomain", &("vdi-7", Vec::<&str>::new(), bad))
-        .await
-        .expect_err("path as template");
-    assert_eq!(
-        common::proxy::error_name(&err),
-        "org.vgpud1.Error.InvalidArgument"
-    );
-    let err = m
-        .inner()
-        .call::<_, _, String>(
-            "RenderDomain",
-            &(
-                "vdi-7",
-                vec!["0d0d0d0d-0000-4000-8000-000000000001"],
-                HashMap::<&str, zbus::Variant<'_>>::new(),
-            ),
-        )
-        .await
-        .expect_err("unknown device");
-    assert_eq!(common::proxy::error_name(&err), "org.vgpud1.Error.NotFound");
+    // Bad options and unknown devices are named errors.
+    for (options, device, expected) in [
+        (opts(&[("graphics", "rdp")]), None, "InvalidArgument"),
+        (
+            opts(&[("template", "../../etc/passwd")]),
+            None,
+            "InvalidArgument",
+        ),
+        (
+            opts(&[]),
+            Some("0d0d0d0d-0000-4000-8000-000000000001"),
+            "NotFound",
+        ),
+    ] {
+        let uuids: Vec<&str> = device.into_iter().collect();
+        let err = m
+            .render_domain("vdi-7", &uuids, options)
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            common::proxy::error_name(&err),
+            format!("org.vgpud1.Error.{expected}")
+        );
+    }
 }
 
 #[tokio::test]
@@ -334,9 +321,8 @@ async fn user_templates_in_etc_vgpud_templates_are_used_by_name() {
     let (a, _) = m.create_device("RTX6000-2Q", opts(&[])).await.expect("a");
     let mut o: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
     o.insert("template", zbus::Variant::from("windows"));
-    let xml: String = m
-        .inner()
-        .call("RenderDomain", &("win-1", vec![a.as_str()], o))
+    let xml = m
+        .render_domain("win-1", &[a.as_str()], o)
         .await
         .expect("RenderDomain with a user template");
     assert!(xml.contains("localtime"), "{xml}");
@@ -344,8 +330,7 @@ async fn user_templates_in_etc_vgpud_templates_are_used_by_name() {
     let mut o: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
     o.insert("template", zbus::Variant::from("nope"));
     let err = m
-        .inner()
-        .call::<_, _, String>("RenderDomain", &("win-1", vec![a.as_str()], o))
+        .render_domain("win-1", &[a.as_str()], o)
         .await
         .expect_err("unknown template");
     assert_eq!(common::proxy::error_name(&err), "org.vgpud1.Error.NotFound");

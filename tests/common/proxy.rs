@@ -32,6 +32,20 @@ pub trait Manager {
     fn start_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// StopDevice(s, a{sv})
     fn stop_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// RenderDomain(s, as, a{sv}) → s
+    fn render_domain(
+        &self,
+        name: &str,
+        uuids: &[&str],
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<String>;
+    /// AttachDevice(s, s, a{sv})
+    fn attach_device(
+        &self,
+        uuid: &str,
+        domain: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<()>;
     /// GetHostdevXml(s) → s
     fn get_hostdev_xml(&self, uuid: &str) -> zbus::Result<String>;
     /// RenderHostdevXml(s, a{sv}) → s
