@@ -567,13 +567,13 @@ async fn devices_made_by_other_tools_are_listed_and_adopted() {
         ("mtty", "mtty-2", "")
     );
 
-    // One made while vgpud runs shows up at the next ListDevices, with a signal.
+    // One made while vgpud runs shows up in ListDevices (which looks at the host at most
+    // every 100 ms), with a signal.
     let mut created = m.receive_device_created().await.expect("stream");
     let during_uuid = "11111111-2222-4333-8444-666666666666";
     sim.write_attr(&create, during_uuid)
         .expect("external create");
-    let listed = m.list_devices().await.expect("ListDevices");
-    assert!(listed.iter().any(|d| d.0 == during_uuid));
+    list_until(&m, |l| l.iter().any(|d| d.0 == during_uuid)).await;
     let sig = tokio::time::timeout(Duration::from_secs(5), futures_next(&mut created))
         .await
         .expect("signal");
@@ -585,8 +585,25 @@ async fn devices_made_by_other_tools_are_listed_and_adopted() {
         "1",
     )
     .expect("external remove");
-    let listed = m.list_devices().await.expect("ListDevices");
-    assert!(listed.iter().all(|d| d.0 != during_uuid));
+    list_until(&m, |l| l.iter().all(|d| d.0 != during_uuid)).await;
+}
+
+type Listed = Vec<(String, String, String, String, zbus::OwnedObjectPath)>;
+
+/// Calls ListDevices until `check` holds; fails after 5 s.
+async fn list_until(m: &ManagerProxy<'_>, check: impl Fn(&Listed) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let listed = m.list_devices().await.expect("ListDevices");
+        if check(&listed) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ListDevices never showed it: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
 }
 
 #[tokio::test]

@@ -134,7 +134,10 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
         let engine = self.engine.clone();
-        let changes = blocking(move || engine.poll()).await?;
+        // Devices made or removed by other tools show up here at once, yet a storm of list
+        // calls costs at most one look at the host per 100 ms.
+        let changes =
+            blocking(move || engine.poll_if_older(std::time::Duration::from_millis(100))).await?;
         super::publish(conn, &self.engine, changes).await;
         Ok(self
             .engine

@@ -123,6 +123,8 @@ pub struct Engine {
     registry: Mutex<Registry>,
     /// One refresh at a time, so a refresh's snapshot and `touched` belong together.
     refreshing: Mutex<()>,
+    /// When the host was last looked at ([`Engine::poll`]).
+    last_poll: Mutex<Option<std::time::Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -141,6 +143,7 @@ impl Engine {
             gpus: RwLock::new(BTreeMap::new()),
             registry: Mutex::new(Registry::default()),
             refreshing: Mutex::new(()),
+            last_poll: Mutex::new(None),
         };
         engine.rescan_gpus()?;
         engine.replay_intents()?;

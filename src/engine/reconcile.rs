@@ -510,6 +510,7 @@ impl Engine {
     /// behind vgpud's back (repaired if autostart), new or changed definitions; and the
     /// autostart devices of GPUs that appeared are started.
     pub fn poll(&self) -> EngineResult<DeviceChanges> {
+        *lock(&self.last_poll) = Some(Instant::now());
         let (gpus_added, gpus_removed) = if self.parents_changed() {
             self.rescan_gpus()?
         } else {
@@ -540,6 +541,16 @@ impl Engine {
         changes.gpus_added = gpus_added;
         changes.gpus_removed = gpus_removed;
         Ok(changes)
+    }
+
+    /// Like [`Engine::poll`], unless the host was looked at less than `max_age` ago: a storm
+    /// of list calls costs one scan per `max_age`, not one per call.
+    pub fn poll_if_older(&self, max_age: Duration) -> EngineResult<DeviceChanges> {
+        let fresh = lock(&self.last_poll).is_some_and(|t| t.elapsed() < max_age);
+        if fresh {
+            return Ok(DeviceChanges::default());
+        }
+        self.poll()
     }
 
     /// Whether the set of possible parents differs from the inventory (cheap: two directory
