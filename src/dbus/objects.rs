@@ -16,8 +16,8 @@ pub struct GpuObject {
 }
 
 impl GpuObject {
-    fn field<T: Default>(&self, f: impl FnOnce(crate::model::Gpu) -> T) -> T {
-        self.engine.gpu(&self.address).map(f).unwrap_or_default()
+    fn field<T: Default>(&self, f: impl FnOnce(&crate::model::Gpu) -> T) -> T {
+        self.engine.with_gpu(&self.address, f).unwrap_or_default()
     }
 }
 
@@ -36,7 +36,7 @@ impl GpuObject {
     /// Marketing name where known.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn model(&self) -> String {
-        self.field(|g| g.model)
+        self.field(|g| g.model.clone())
     }
 
     /// PCI vendor id, 0 for non-PCI parents.
@@ -54,7 +54,7 @@ impl GpuObject {
     /// Bound kernel driver.
     #[zbus(property)]
     async fn driver(&self) -> String {
-        self.field(|g| g.driver)
+        self.field(|g| g.driver.clone())
     }
 
     /// IOMMU group, -1 if none.
@@ -78,7 +78,7 @@ impl GpuObject {
     /// Ids of the device types this GPU offers.
     #[zbus(property)]
     async fn types(&self) -> Vec<String> {
-        self.field(|g| g.types.into_iter().map(|t| t.id).collect())
+        self.field(|g| g.types.iter().map(|t| t.id.clone()).collect())
     }
 
     /// Device objects on this GPU.
@@ -99,8 +99,8 @@ pub struct DeviceObject {
 }
 
 impl DeviceObject {
-    fn field<T: Default>(&self, f: impl FnOnce(crate::engine::DeviceInfo) -> T) -> T {
-        self.engine.device(&self.uuid).map(f).unwrap_or_default()
+    fn field<T: Default>(&self, f: impl FnOnce(&crate::engine::DeviceInfo) -> T) -> T {
+        self.engine.with_device(&self.uuid, f).unwrap_or_default()
     }
 }
 
@@ -115,31 +115,31 @@ impl DeviceObject {
     /// Address of the parent GPU.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn parent(&self) -> String {
-        self.field(|d| d.parent)
+        self.field(|d| d.parent.clone())
     }
 
     /// Object of the parent GPU.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn parent_gpu(&self) -> OwnedObjectPath {
-        paths::gpu_path(&self.field(|d| d.parent))
+        paths::gpu_path(&self.field(|d| d.parent.clone()))
     }
 
     /// Type id (`nvidia-259`).
     #[zbus(property(emits_changed_signal = "const"))]
     async fn type_id(&self) -> String {
-        self.field(|d| d.type_id)
+        self.field(|d| d.type_id.clone())
     }
 
     /// Type name (`GRID RTX6000-4Q`).
     #[zbus(property(emits_changed_signal = "const"))]
     async fn type_name(&self) -> String {
-        self.field(|d| d.type_name)
+        self.field(|d| d.type_name.clone())
     }
 
     /// Free tag given at creation; empty for devices created by other tools.
     #[zbus(property)]
     async fn owner(&self) -> String {
-        self.field(|d| d.owner)
+        self.field(|d| d.owner.clone())
     }
 
     /// IOMMU group the kernel gave the device, -1 if none.
@@ -152,7 +152,7 @@ impl DeviceObject {
     /// definition's otherwise.
     #[zbus(property)]
     async fn attributes(&self) -> BTreeMap<String, String> {
-        self.field(|d| d.attributes)
+        self.field(|d| d.attributes.clone())
     }
 
     /// The device exists on the host now.

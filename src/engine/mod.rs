@@ -208,6 +208,16 @@ impl Engine {
         self.gpus().get(address).map(|e| e.gpu.clone())
     }
 
+    /// Reads one GPU in place, without copying it (property getters).
+    pub fn with_gpu<T>(&self, address: &str, f: impl FnOnce(&Gpu) -> T) -> Option<T> {
+        self.gpus().get(address).map(|e| f(&e.gpu))
+    }
+
+    /// Reads one device in place, without copying it (property getters).
+    pub fn with_device<T>(&self, uuid: &str, f: impl FnOnce(&DeviceInfo) -> T) -> Option<T> {
+        lock(&self.registry).devices.get(uuid).map(f)
+    }
+
     /// The sysfs directory of a GPU.
     pub fn gpu_dir(&self, address: &str) -> Option<PathBuf> {
         self.gpus().get(address).map(|e| e.location.dir.clone())
