@@ -23,15 +23,15 @@ fn stdout(args: &[&str]) -> String {
 
 #[test]
 fn sim_host_lists_its_profiles() {
-    assert_golden("cli/sim-host-list.txt", &stdout(&["sim-host", "--list"]));
+    assert_golden("cli/sim-host-list.txt", stdout(&["sim-host", "--list"]));
 }
 
 #[test]
 fn help_describes_every_flag() {
-    assert_golden("cli/help.txt", &stdout(&["--help"]));
+    assert_golden("cli/help.txt", stdout(&["--help"]));
     assert_golden(
         "cli/libvirt-hook-help.txt",
-        &stdout(&["libvirt-hook", "--help"]),
+        stdout(&["libvirt-hook", "--help"]),
     );
 }
 
