@@ -44,6 +44,18 @@ fn hook(bus: &TestBus, args: &[&str], xml: &str) -> (Output, f64) {
     (out, started.elapsed().as_secs_f64() * 1000.0)
 }
 
+/// Runs the hook and checks it succeeded silently (nothing on stdout); returns the time.
+fn hook_ok(bus: &TestBus, args: &[&str], xml: &str) -> f64 {
+    let (out, ms) = hook(bus, args, xml);
+    assert!(
+        out.status.success(),
+        "hook {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "a hook prints nothing on stdout");
+    ms
+}
+
 async fn listed(m: &ManagerProxy<'_>) -> HashMap<String, (String, String)> {
     m.list_devices()
         .await
@@ -64,22 +76,11 @@ async fn prepare_creates_the_domains_vgpus_and_release_removes_them() {
 
     // Operations the hook does not act on change nothing.
     for (op, sub) in [("start", "begin"), ("started", "begin"), ("stopped", "end")] {
-        let (out, _) = hook(&bus, &["vdi-2", op, sub, "-"], &xml);
-        assert!(
-            out.status.success(),
-            "{op} {sub}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        hook_ok(&bus, &["vdi-2", op, sub, "-"], &xml);
     }
     assert!(listed(&m).await.is_empty());
 
-    let (out, ms) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.stdout.is_empty(), "a hook prints nothing on stdout");
+    let ms = hook_ok(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
     eprintln!("libvirt-hook prepare begin (two vGPUs created): {ms:.1} ms");
     let devices = listed(&m).await;
     for uuid in [DEV1, DEV2] {
@@ -96,16 +97,9 @@ async fn prepare_creates_the_domains_vgpus_and_release_removes_them() {
     }
 
     // A second prepare (a restart of the domain) finds them there.
-    let (out, _) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
-    assert!(out.status.success());
+    hook_ok(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
 
-    let (out, ms) = hook(&bus, &["vdi-2", "release", "end", "-"], &xml);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.stdout.is_empty());
+    let ms = hook_ok(&bus, &["vdi-2", "release", "end", "-"], &xml);
     eprintln!("libvirt-hook release end (two vGPUs removed): {ms:.1} ms");
     assert!(listed(&m).await.is_empty());
 }
@@ -132,12 +126,7 @@ async fn defined_devices_are_started_and_kept_and_a_full_gpu_is_avoided() {
         .expect("1Q fills the GPU for 4Q");
 
     let xml = fixture("vdi-2.xml");
-    let (out, _) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hook_ok(&bus, &["vdi-2", "prepare", "begin", "-"], &xml);
     let devices = listed(&m).await;
     assert_eq!(
         devices[DEV1].0, "0000:d8:00.0",
@@ -146,8 +135,7 @@ async fn defined_devices_are_started_and_kept_and_a_full_gpu_is_avoided() {
     assert_eq!(devices[DEV2].0, "0000:d8:00.0", "any GPU with room");
     assert!(host.path(&format!("sys/bus/mdev/devices/{DEV1}")).exists());
 
-    let (out, _) = hook(&bus, &["vdi-2", "release", "end", "-"], &xml);
-    assert!(out.status.success());
+    hook_ok(&bus, &["vdi-2", "release", "end", "-"], &xml);
     let devices = listed(&m).await;
     assert!(devices.contains_key(DEV1), "persistent devices are kept");
     assert!(!devices.contains_key(DEV2), "the transient one is removed");
@@ -261,19 +249,13 @@ async fn a_rendered_domain_validates_in_libvirt_and_drives_the_hook() {
     for u in [&a, &b] {
         m.remove_device(u, HashMap::new()).await.expect("remove");
     }
-    let (out, _) = hook(&bus, &["vdi-7", "prepare", "begin", "-"], &dumped);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    hook_ok(&bus, &["vdi-7", "prepare", "begin", "-"], &dumped);
     let devices = listed(&m).await;
     assert!(
         devices.contains_key(&a) && devices.contains_key(&b),
         "{devices:?}"
     );
-    let (out, _) = hook(&bus, &["vdi-7", "release", "end", "-"], &dumped);
-    assert!(out.status.success());
+    hook_ok(&bus, &["vdi-7", "release", "end", "-"], &dumped);
     assert!(listed(&m).await.is_empty());
 
     // Bad options and unknown devices are named errors.

@@ -326,6 +326,20 @@ mod replay {
         (dir, host)
     }
 
+    fn define(host: &Host) {
+        mdevctl::write(
+            host,
+            &mdevctl::Definition {
+                parent: "mtty".into(),
+                uuid: UUID.into(),
+                mdev_type: "mtty-1".into(),
+                autostart: true,
+                attrs: vec![],
+            },
+        )
+        .expect("def");
+    }
+
     fn sim_create(host: &Host) {
         host.write_attr(
             &host.sys("class/mdev_bus/mtty/mdev_supported_types/mtty-1/create"),
@@ -352,17 +366,7 @@ mod replay {
         let (_d, host) = setup();
         open(&host, create_op(true));
         // A definition written before the crash (it cannot be, but replay must not care).
-        mdevctl::write(
-            &host,
-            &mdevctl::Definition {
-                parent: "mtty".into(),
-                uuid: UUID.into(),
-                mdev_type: "mtty-1".into(),
-                autostart: true,
-                attrs: vec![],
-            },
-        )
-        .expect("def");
+        define(&host);
         let e = Engine::new(host.clone()).expect("engine");
         assert!(e.device(UUID).is_none());
         assert!(!mdevctl::path(&host, "mtty", UUID).exists());
@@ -373,17 +377,7 @@ mod replay {
     fn a_remove_is_always_completed() {
         let (_d, host) = setup();
         sim_create(&host);
-        mdevctl::write(
-            &host,
-            &mdevctl::Definition {
-                parent: "mtty".into(),
-                uuid: UUID.into(),
-                mdev_type: "mtty-1".into(),
-                autostart: true,
-                attrs: vec![],
-            },
-        )
-        .expect("def");
+        define(&host);
         open(
             &host,
             Operation::Remove {

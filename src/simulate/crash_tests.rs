@@ -332,24 +332,8 @@ fn torn_journals_are_dropped_and_recovery_needs_no_tree() {
 fn simulators_of_different_hosts_on_one_tree_serialize() {
     let (dir, _host) = host("nvidia-turing");
     let root = dir.path().to_path_buf();
-    let threads: Vec<_> = (0..6)
-        .map(|t| {
-            // Each thread has its own Host and so its own Simulator.
-            let host = Arc::new(Host::simulated(&root));
-            std::thread::spawn(move || {
-                let mut ok = 0;
-                for i in 0..3 {
-                    let uuid = format!("{t:08x}-0000-4000-8000-{i:012x}");
-                    match create(&host, GPU0, "nvidia-259", &uuid) {
-                        Ok(()) => ok += 1,
-                        Err(errno) => assert_eq!(errno, Some(Errno::ENOSPC as i32)),
-                    }
-                }
-                ok
-            })
-        })
-        .collect();
-    let created: u32 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    // Each thread has its own Host and so its own Simulator.
+    let created = super::tests::race_4q_creates(6, 3, || Arc::new(Host::simulated(&root)));
     assert_eq!(created, 6);
 }
 

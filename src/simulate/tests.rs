@@ -390,16 +390,19 @@ fn plain_attributes_are_stored_and_never_created() {
     assert_eq!(err.errno(), Some(Errno::EISDIR as i32));
 }
 
-#[test]
-fn concurrent_creates_never_exceed_max_instance() {
-    let (_dir, host) = host("nvidia-turing");
-    let host = Arc::new(host);
-    let threads: Vec<_> = (0..8)
+/// `threads` threads each try `per_thread` RTX6000-4Q creates on [`GPU0`], each with the
+/// host `host_for_thread` gives it; returns how many succeeded (the others must get ENOSPC).
+pub(super) fn race_4q_creates(
+    threads: u32,
+    per_thread: u32,
+    host_for_thread: impl Fn() -> Arc<Host>,
+) -> u32 {
+    let workers: Vec<_> = (0..threads)
         .map(|t| {
-            let host = Arc::clone(&host);
+            let host = host_for_thread();
             std::thread::spawn(move || {
                 let mut ok = 0;
-                for i in 0..4 {
+                for i in 0..per_thread {
                     let uuid = format!("{t:08x}-0000-4000-8000-{i:012x}");
                     match create(&host, GPU0, "nvidia-259", &uuid) {
                         Ok(()) => ok += 1,
@@ -410,7 +413,15 @@ fn concurrent_creates_never_exceed_max_instance() {
             })
         })
         .collect();
-    let created: u32 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    workers.into_iter().map(|t| t.join().expect("thread")).sum()
+}
+
+#[test]
+fn concurrent_creates_never_exceed_max_instance() {
+    let (_dir, host) = host("nvidia-turing");
+    let host = Arc::new(host);
+    let shared = Arc::clone(&host);
+    let created = race_4q_creates(8, 4, move || Arc::clone(&shared));
     assert_eq!(created, 6);
     assert_eq!(avail(&host, GPU0, "nvidia-259"), 0);
     let devices = host.list_dir(&host.sys("bus/mdev/devices")).expect("list");
