@@ -70,6 +70,24 @@ impl HostError {
 /// Result of host access.
 pub type HostResult<T> = Result<T, HostError>;
 
+/// How a host tool (NVIDIA's `sriov-manage`) exited and what it printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// Exit status; -1 when the tool was killed by a signal.
+    pub status: i32,
+    /// What it printed on standard output.
+    pub stdout: String,
+    /// What it printed on standard error.
+    pub stderr: String,
+}
+
+impl ToolOutput {
+    /// Whether the tool exited with status 0.
+    pub fn success(&self) -> bool {
+        self.status == 0
+    }
+}
+
 /// The host vgpud manages: a root directory and, on a simulated host, the simulator hook.
 #[derive(Clone)]
 pub struct Host {
@@ -235,6 +253,35 @@ impl Host {
             value: shorten(value),
             source,
         })
+    }
+}
+
+impl Host {
+    /// Runs a host tool at `program` (a path below the root, such as
+    /// `ROOT/usr/lib/nvidia/sriov-manage`) with `args`. The program must exist on either host.
+    /// On a real host it is executed; on a simulated host the simulator carries out what the
+    /// tool does as simulated sysfs writes (the only other place real and simulated differ).
+    pub fn run_tool(&self, program: &Path, args: &[&str]) -> HostResult<ToolOutput> {
+        let read_err = |source: io::Error| HostError::Read {
+            path: program.to_path_buf(),
+            source,
+        };
+        fs::metadata(program).map_err(read_err)?;
+        match &self.simulator {
+            Some(sim) => sim.run_tool(self, program, args).map_err(read_err),
+            None => {
+                let out = std::process::Command::new(program)
+                    .args(args)
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .map_err(read_err)?;
+                Ok(ToolOutput {
+                    status: out.status.code().unwrap_or(-1),
+                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                })
+            }
+        }
     }
 }
 

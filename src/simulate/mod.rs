@@ -99,6 +99,21 @@ impl Simulator {
         }
     }
 
+    /// Carries out what host tool `program` does when run with `args`, as simulated sysfs
+    /// writes, and returns what the tool would print and its exit status. Known tools: none
+    /// yet (an `Unsupported` error).
+    pub fn run_tool(
+        &self,
+        _host: &Host,
+        program: &Path,
+        _args: &[&str],
+    ) -> io::Result<crate::host::ToolOutput> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("the simulator does not emulate {}", program.display()),
+        ))
+    }
+
     /// Finishes the simulated write a killed process left half-done on the host's tree, as
     /// if the kernel had run it to the end: a create is undone (whatever part of the device
     /// exists is torn down), a remove is completed, a plain write keeps the old or the new
