@@ -8,6 +8,7 @@
 //! - [`model`]: GPUs, types and devices;
 //! - [`discovery`]: reads the host into the model;
 //! - [`persist`]: mdevctl definitions, vgpud's own records and the intent journal on disk;
+//! - [`plan`]: multi-step host changes (driver binding, VF counts) as planned lists of steps;
 //! - [`engine`]: the core: inventory, placement, create and remove, no D-Bus in it;
 //! - [`xml`]: libvirt XML rendered from templates;
 //! - [`libvirt`]: attach and detach through libvirt, behind a trait with a test double;
@@ -25,5 +26,6 @@ pub mod host;
 pub mod libvirt;
 pub mod model;
 pub mod persist;
+pub mod plan;
 pub mod simulate;
 pub mod xml;

@@ -36,6 +36,13 @@ struct Cli {
     /// connects when first needed.
     #[arg(long, value_name = "URI", default_value = "qemu:///system")]
     libvirt_uri: String,
+    /// NVIDIA's sriov-manage, which enables the VFs of NVIDIA GPUs (taken below --root).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/usr/lib/nvidia/sriov-manage"
+    )]
+    sriov_manage: std::path::PathBuf,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -99,6 +106,7 @@ fn main() -> ExitCode {
                 poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
                 libvirt_uri: cli.libvirt_uri,
+                sriov_manage: cli.sriov_manage,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -14,8 +14,17 @@ pub const VENDOR_AMD: u16 = 0x1002;
 /// A way a GPU can be shared with guests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SharingMode {
-    /// Mediated devices (NVIDIA legacy vGPU, Intel GVT-g, sample drivers).
+    /// Mediated devices (NVIDIA legacy vGPU, Intel GVT-g, sample drivers), on the GPU itself
+    /// or on its SR-IOV virtual functions (NVIDIA Ampere).
     Mdev,
+    /// NVIDIA vGPU on SR-IOV virtual functions through the vendor-specific VFIO framework
+    /// (Ada, Hopper, Blackwell; vGPU 17+): a type is written to a VF's
+    /// `nvidia/current_vgpu_type`.
+    SriovVgpu,
+    /// SR-IOV virtual functions a guest gets whole (AMD MxGPU, Intel SR-IOV).
+    SriovVf,
+    /// The whole GPU moved to vfio-pci for one guest.
+    Passthrough,
 }
 
 impl SharingMode {
@@ -23,8 +32,63 @@ impl SharingMode {
     pub fn as_str(self) -> &'static str {
         match self {
             SharingMode::Mdev => "mdev",
+            SharingMode::SriovVgpu => "sriov-vgpu",
+            SharingMode::SriovVf => "sriov-vf",
+            SharingMode::Passthrough => "passthrough",
         }
     }
+}
+
+/// What a device is on the host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviceKind {
+    /// A mediated device (`sys/bus/mdev/devices/<uuid>`).
+    #[default]
+    Mdev,
+    /// An NVIDIA vGPU type written to an SR-IOV virtual function; vgpud's UUID is its handle.
+    SriovVgpu,
+    /// A PCI function (a whole GPU with its other functions, or a VF) bound to vfio-pci.
+    Passthrough,
+}
+
+impl DeviceKind {
+    /// The name used on the bus and in vgpud's records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Mdev => "mdev",
+            DeviceKind::SriovVgpu => "sriov-vgpu",
+            DeviceKind::Passthrough => "passthrough",
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The type name a passthrough device is created with.
+pub const PASSTHROUGH_TYPE: &str = "passthrough";
+
+/// A PCI function vgpud moved to vfio-pci, and the driver it had before.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MovedFunction {
+    /// Its address.
+    pub address: String,
+    /// The driver it was bound to, `None` when it was unbound.
+    pub driver: Option<String>,
+}
+
+/// SR-IOV state of a physical function.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sriov {
+    /// `sriov_totalvfs`.
+    pub total_vfs: u32,
+    /// `sriov_numvfs`: VFs enabled now.
+    pub num_vfs: u32,
+    /// Addresses of the enabled VFs (`virtfn0` …), in VF order.
+    pub vfs: Vec<String>,
 }
 
 impl fmt::Display for SharingMode {
@@ -55,8 +119,21 @@ pub struct Gpu {
     pub numa_node: Option<u32>,
     /// Ways this GPU can be shared.
     pub sharing_modes: Vec<SharingMode>,
-    /// The mdev types this GPU offers (empty if it is no mdev parent).
+    /// The types this GPU offers: its mdev types (also those of its VFs, summed), or the
+    /// NVIDIA vGPU types its VFs take (empty if it offers none).
     pub types: Vec<MdevType>,
+    /// SR-IOV state, if the GPU is a physical function with SR-IOV.
+    pub sriov: Option<Sriov>,
+    /// For an SR-IOV virtual function (listed only as a parent of mdevs): its physical
+    /// function.
+    pub physical_function: Option<String>,
+}
+
+impl Gpu {
+    /// Whether this entry is a physical GPU (not a virtual function).
+    pub fn is_physical(&self) -> bool {
+        self.physical_function.is_none()
+    }
 }
 
 /// Vendor fields parsed from a type's `description`.

@@ -35,6 +35,7 @@ fn pci(managed: bool) -> String {
     render_pci_hostdev(&PciHostdev {
         address: VF_ADDRESS.to_owned(),
         managed,
+        guest: None,
     })
     .unwrap()
 }

@@ -37,6 +37,8 @@ pub struct Config {
     pub restore_timeout: std::time::Duration,
     /// The libvirt connection URI (`qemu:///system`).
     pub libvirt_uri: String,
+    /// NVIDIA's `sriov-manage` (taken below `root`).
+    pub sriov_manage: PathBuf,
 }
 
 /// Why the daemon could not start or stopped.
@@ -102,13 +104,16 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let engine = {
         let host = host.clone();
         let root = config.root.clone();
-        tokio::task::spawn_blocking(move || Engine::new(host))
-            .await
-            .map_err(|e| DaemonError::Scan {
-                root: root.clone(),
-                source: EngineError::InvalidArgument(format!("scan task failed: {e}")),
-            })?
-            .map_err(|source| DaemonError::Scan { root, source })?
+        let sriov_manage = config.sriov_manage.clone();
+        tokio::task::spawn_blocking(move || {
+            Engine::new(host).map(|e| e.with_sriov_manage(sriov_manage))
+        })
+        .await
+        .map_err(|e| DaemonError::Scan {
+            root: root.clone(),
+            source: EngineError::InvalidArgument(format!("scan task failed: {e}")),
+        })?
+        .map_err(|source| DaemonError::Scan { root, source })?
     };
     let engine = Arc::new(engine);
     tracing::info!(

@@ -21,6 +21,11 @@ pub enum Error {
     Busy(String),
     /// The host failed the operation.
     Failed(String),
+    /// The host cannot do this: no IOMMU, a driver that cannot change its VF count.
+    NotSupported(String),
+    /// It would hand a guest more than was asked for (an IOMMU group shared with other
+    /// devices); pass "force" to insist.
+    Unsafe(String),
     /// libvirt refused the operation; the message is libvirt's.
     Libvirt(String),
     /// libvirt cannot be reached (libvirtd not running, wrong URI).
@@ -36,6 +41,8 @@ impl From<EngineError> for Error {
             EngineError::InvalidArgument(_) => Error::InvalidArgument(msg),
             EngineError::Exists(_) => Error::Exists(msg),
             EngineError::Busy(_) => Error::Busy(msg),
+            EngineError::NotSupported(_) => Error::NotSupported(msg),
+            EngineError::Unsafe(_) => Error::Unsafe(msg),
             EngineError::Host { .. } | EngineError::Persist { .. } | EngineError::Xml { .. } => {
                 Error::Failed(msg)
             }

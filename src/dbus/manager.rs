@@ -8,7 +8,7 @@ use zbus::{interface, Connection, ObjectPath, ObjectServer, OwnedObjectPath};
 
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
-use super::{export_device, paths, unexport_device};
+use super::{export_device, gpu_sriov_changed, paths, unexport_device};
 use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest};
 use crate::libvirt::{AttachOptions, Change, LibvirtOps};
 use crate::xml;
@@ -66,8 +66,10 @@ const CREATE_OPTIONS: &[&str] = &[
     "params",
     "persistent",
     "autostart",
+    "force",
 ];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
+const VF_COUNT_OPTIONS: &[&str] = &["persistent"];
 const ATTACH_OPTIONS: &[&str] = &["live", "config"];
 const RENDER_OPTIONS: &[&str] = &[
     "template",
@@ -90,7 +92,7 @@ fn attach_options(method: &'static str, options: Options) -> Result<AttachOption
     opts.finish(ATTACH_OPTIONS)?;
     Ok(parsed)
 }
-const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb"];
+const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb", "guest_bus"];
 
 #[interface(name = "org.vgpud1.Manager")]
 impl Manager {
@@ -173,6 +175,7 @@ impl Manager {
             params: opts.string("params")?,
             persistent,
             autostart: opts.boolean("autostart")?.unwrap_or(persistent),
+            force: opts.boolean("force")?.unwrap_or(false),
         };
         opts.finish(CREATE_OPTIONS)?;
         let engine = self.engine.clone();
@@ -358,6 +361,28 @@ impl Manager {
         .await
     }
 
+    /// Enables `count` SR-IOV virtual functions on GPU `gpu` (0 disables them) and returns how
+    /// many are enabled now. NVIDIA GPUs go through NVIDIA's `sriov-manage` (all VFs or
+    /// none); others through `sriov_numvfs` with the kernel's rules. Options: "persistent" (b,
+    /// default true) sets the count again at boot, before any device is restored.
+    #[zbus(out_args("num_vfs"))]
+    async fn set_vf_count(
+        &self,
+        gpu: String,
+        count: u32,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<u32> {
+        let mut opts = OptionReader::new("SetVfCount", options);
+        let persistent = opts.boolean("persistent")?.unwrap_or(true);
+        opts.finish(VF_COUNT_OPTIONS)?;
+        let engine = self.engine.clone();
+        let address = gpu.clone();
+        let now = blocking(move || engine.set_vf_count(&address, count, persistent)).await?;
+        gpu_sriov_changed(server, &gpu).await;
+        Ok(now)
+    }
+
     /// The libvirt `<hostdev>` element for a device.
     #[zbus(out_args("xml"))]
     async fn get_hostdev_xml(&self, uuid: String) -> Result<String> {
@@ -366,13 +391,25 @@ impl Manager {
             .map_err(Error::from)
     }
 
-    /// The libvirt `<hostdev>` element with options: "display" (b) and "ramfb" (b).
+    /// The libvirt `<hostdev>` element with options: "display" (b) and "ramfb" (b) for
+    /// mdevs; "guest_bus" (u) for the guest PCI bus of a passthrough device's functions
+    /// (default 1 for a multi-function device). A passthrough device of several functions
+    /// gives one `<hostdev>` per function, one after the other.
     #[zbus(out_args("xml"))]
     async fn render_hostdev_xml(&self, uuid: String, options: Options) -> Result<String> {
         let mut opts = OptionReader::new("RenderHostdevXml", options);
+        let guest_bus = match opts.unsigned("guest_bus")? {
+            Some(b) => Some(u8::try_from(b).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "option \"guest_bus\" of RenderHostdevXml is {b}; a PCI bus is 0 to 255"
+                ))
+            })?),
+            None => None,
+        };
         let hostdev = HostdevOptions {
             display: opts.boolean("display")?,
             ramfb: opts.boolean("ramfb")?,
+            guest_bus,
         };
         opts.finish(HOSTDEV_OPTIONS)?;
         self.engine

@@ -81,7 +81,7 @@ async fn export_device(
             },
         )
         .await?;
-    gpu_devices_changed(server, &info.parent).await;
+    gpu_devices_changed(server, &engine.gpu_of_parent(&info.parent)).await;
     Ok(path)
 }
 
@@ -107,6 +107,25 @@ async fn gpu_devices_changed(server: &ObjectServer, parent: &str) {
     }
 }
 
+/// Emits PropertiesChanged for a GPU's SR-IOV properties and what follows from them.
+async fn gpu_sriov_changed(server: &ObjectServer, address: &str) {
+    let path = paths::gpu_path(address);
+    let Ok(iface) = server.interface::<_, GpuObject>(&path).await else {
+        return;
+    };
+    let emitter = iface.signal_emitter().clone();
+    let obj = iface.get().await;
+    let results = [
+        obj.num_vfs_changed(&emitter).await,
+        obj.vfs_changed(&emitter).await,
+        obj.sharing_modes_changed(&emitter).await,
+        obj.types_changed(&emitter).await,
+    ];
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        tracing::warn!(%address, error = %e, "could not emit PropertiesChanged");
+    }
+}
+
 /// Emits PropertiesChanged for every changeable property of a device.
 async fn device_changed(server: &ObjectServer, uuid: &str) {
     let path = paths::device_path(uuid);
@@ -122,6 +141,7 @@ async fn device_changed(server: &ObjectServer, uuid: &str) {
         obj.owner_changed(&emitter).await,
         obj.iommu_group_changed(&emitter).await,
         obj.attributes_changed(&emitter).await,
+        obj.address_changed(&emitter).await,
     ];
     if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
         tracing::warn!(%uuid, error = %e, "could not emit PropertiesChanged");

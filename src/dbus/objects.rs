@@ -69,7 +69,26 @@ impl GpuObject {
         opt_i32(self.field(|g| g.numa_node))
     }
 
-    /// Ways this GPU can be shared (`mdev`).
+    /// SR-IOV virtual functions the GPU can have (`sriov_totalvfs`), 0 without SR-IOV.
+    #[zbus(property)]
+    async fn total_vfs(&self) -> u32 {
+        self.field(|g| g.sriov.as_ref().map_or(0, |s| s.total_vfs))
+    }
+
+    /// SR-IOV virtual functions enabled now (`sriov_numvfs`).
+    #[zbus(property)]
+    async fn num_vfs(&self) -> u32 {
+        self.field(|g| g.sriov.as_ref().map_or(0, |s| s.num_vfs))
+    }
+
+    /// Addresses of the enabled virtual functions, in VF order.
+    #[zbus(property)]
+    async fn vfs(&self) -> Vec<String> {
+        self.field(|g| g.sriov.as_ref().map(|s| s.vfs.clone()).unwrap_or_default())
+    }
+
+    /// Ways this GPU can be shared: `mdev`, `sriov-vgpu` (NVIDIA vGPU on VFs), `sriov-vf`
+    /// (VFs given whole), `passthrough`.
     #[zbus(property)]
     async fn sharing_modes(&self) -> Vec<String> {
         self.field(|g| g.sharing_modes.iter().map(|m| m.to_string()).collect())
@@ -118,10 +137,35 @@ impl DeviceObject {
         self.field(|d| d.parent.clone())
     }
 
-    /// Object of the parent GPU.
+    /// Object of the parent GPU (the physical GPU where the parent is one of its VFs).
     #[zbus(property(emits_changed_signal = "const"))]
     async fn parent_gpu(&self) -> OwnedObjectPath {
-        paths::gpu_path(&self.field(|d| d.parent.clone()))
+        paths::gpu_path(&self.engine.gpu_of_parent(&self.field(|d| d.parent.clone())))
+    }
+
+    /// What the device is: `mdev`, `sriov-vgpu` (an NVIDIA vGPU on a VF) or `passthrough`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn kind(&self) -> String {
+        self.field(|d| d.kind.as_str().to_string())
+    }
+
+    /// The PCI function the device is: the VF of an SR-IOV vGPU while active, the function
+    /// passed through; empty for mdevs.
+    #[zbus(property)]
+    async fn address(&self) -> String {
+        self.field(|d| d.address.clone().unwrap_or_default())
+    }
+
+    /// A passthrough device's functions on vfio-pci, each with the driver it goes back to
+    /// (empty when it had none).
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn functions(&self) -> Vec<(String, String)> {
+        self.field(|d| {
+            d.functions
+                .iter()
+                .map(|f| (f.address.clone(), f.driver.clone().unwrap_or_default()))
+                .collect()
+        })
     }
 
     /// Type id (`nvidia-259`).

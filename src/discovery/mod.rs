@@ -4,13 +4,17 @@
 //! tree. Nothing is cached here; the engine decides what to keep.
 
 pub mod description;
+pub mod pci;
+pub mod sriov;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::catalog;
 use crate::host::{Host, HostError, HostResult};
-use crate::model::{normalize_uuid, Gpu, MdevDevice, MdevType, SharingMode, TypeDetails};
+use crate::model::{
+    normalize_uuid, Gpu, MdevDevice, MdevType, SharingMode, TypeDetails, VENDOR_NVIDIA,
+};
 
 pub use description::parse_description;
 
@@ -56,7 +60,9 @@ pub fn mdev_device_dir(host: &Host, uuid: &str) -> PathBuf {
 }
 
 /// Scans every GPU: PCI display controllers and every mdev parent (also non-PCI ones such
-/// as the kernel's `mtty` sample), with their types.
+/// as the kernel's `mtty` sample), with their types and SR-IOV state. Virtual functions are
+/// listed only where they are mdev parents (NVIDIA Ampere), as entries naming their physical
+/// function; the physical GPU then carries their types, summed.
 pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
     let mut found: BTreeMap<String, (Gpu, GpuLocation)> = BTreeMap::new();
     let pci_dir = host.sys("bus/pci/devices");
@@ -70,7 +76,15 @@ pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
         if class >> 16 != PCI_CLASS_DISPLAY && !is_mdev_parent {
             continue;
         }
-        let gpu = read_pci_gpu(host, &address, &dir, class)?;
+        let physical_function = sriov::physical_function(host, &address)?;
+        if physical_function.is_some() && !is_mdev_parent {
+            continue;
+        }
+        let mut gpu = read_pci_gpu(host, &address, &dir, class)?;
+        gpu.physical_function = physical_function;
+        if gpu.is_physical() {
+            gpu.sriov = sriov::read_sriov(host, &address)?;
+        }
         found.insert(
             address,
             (
@@ -100,6 +114,8 @@ pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
             numa_node: None,
             sharing_modes: Vec::new(),
             types: Vec::new(),
+            sriov: None,
+            physical_function: None,
         };
         found.insert(
             name,
@@ -119,7 +135,143 @@ pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
             gpu.sharing_modes.push(SharingMode::Mdev);
         }
     }
+    let vf_parents: Vec<(String, Vec<MdevType>)> = gpus
+        .iter()
+        .filter_map(|(g, _)| {
+            g.physical_function
+                .as_ref()
+                .map(|pf| (pf.clone(), g.types.clone()))
+        })
+        .collect();
+    for (gpu, _) in &mut gpus {
+        if !gpu.is_physical() {
+            continue;
+        }
+        let of_vfs: Vec<&Vec<MdevType>> = vf_parents
+            .iter()
+            .filter(|(pf, _)| *pf == gpu.address)
+            .map(|(_, t)| t)
+            .collect();
+        if !of_vfs.is_empty() {
+            gpu.types = sum_vf_types(&of_vfs);
+            if !gpu.sharing_modes.contains(&SharingMode::Mdev) {
+                gpu.sharing_modes.push(SharingMode::Mdev);
+            }
+        }
+        classify_sharing(host, gpu)?;
+    }
     Ok(gpus)
+}
+
+/// The mdev types of a GPU's virtual functions as one list: each type once, its available
+/// instances summed over the VFs and capped by the type's maximum per GPU.
+pub fn sum_vf_types(of_vfs: &[&Vec<MdevType>]) -> Vec<MdevType> {
+    let mut merged: BTreeMap<String, MdevType> = BTreeMap::new();
+    for types in of_vfs {
+        for t in types.iter() {
+            merged
+                .entry(t.id.clone())
+                .and_modify(|m| m.available_instances += t.available_instances)
+                .or_insert_with(|| t.clone());
+        }
+    }
+    merged
+        .into_values()
+        .map(|mut t| {
+            let max = t.max_instances();
+            if max > 0 {
+                t.available_instances = t.available_instances.min(max);
+            }
+            t
+        })
+        .collect()
+}
+
+/// Adds the SR-IOV and passthrough sharing modes, and the vGPU types of NVIDIA
+/// vendor-specific VFIO virtual functions.
+fn classify_sharing(host: &Host, gpu: &mut Gpu) -> HostResult<()> {
+    if let Some(sriov) = &gpu.sriov {
+        if gpu.vendor_id == VENDOR_NVIDIA {
+            let mut vfs = Vec::new();
+            for vf in &sriov.vfs {
+                if let Some(state) = sriov::read_vf_vgpu(host, vf)? {
+                    vfs.push(state);
+                }
+            }
+            if !vfs.is_empty() {
+                gpu.types = vgpu_types(&gpu.model, &vfs);
+                gpu.sharing_modes.push(SharingMode::SriovVgpu);
+            }
+        } else if sriov.total_vfs > 0 {
+            gpu.sharing_modes.push(SharingMode::SriovVf);
+        }
+    }
+    if gpu.class >> 16 == PCI_CLASS_DISPLAY && gpu.iommu_group.is_some() {
+        gpu.sharing_modes.push(SharingMode::Passthrough);
+    }
+    Ok(())
+}
+
+/// The vGPU types of a GPU whose VFs use NVIDIA's vendor-specific VFIO framework: every type
+/// of the board the catalog knows and every type a VF lists, as `nvidia-<id>`. A type's
+/// available instances are the free VFs that list it, capped by its maximum per GPU less the
+/// vGPUs the GPU runs.
+pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu]) -> Vec<MdevType> {
+    let mut names: BTreeMap<u32, String> = BTreeMap::new();
+    for info in catalog::nvidia_board_types(model) {
+        names.insert(info.id, info.name.to_string());
+    }
+    for vf in vfs {
+        for c in &vf.creatable {
+            names.entry(c.id).or_insert_with(|| c.name.clone());
+        }
+    }
+    let used = u32::try_from(vfs.iter().filter(|v| v.current != 0).count()).unwrap_or(u32::MAX);
+    names
+        .into_iter()
+        .map(|(id, name)| {
+            let listing = vfs
+                .iter()
+                .filter(|v| v.current == 0 && v.creatable.iter().any(|c| c.id == id))
+                .count();
+            let mut details = catalog_details(&name);
+            if details == TypeDetails::Unknown {
+                details = size_from_name(&name);
+            }
+            let mut t = MdevType {
+                id: format!("nvidia-{id}"),
+                device_api: "vfio-pci".into(),
+                description: String::new(),
+                details,
+                available_instances: u32::try_from(listing).unwrap_or(u32::MAX),
+                name,
+            };
+            let max = t.max_instances();
+            if max > 0 {
+                t.available_instances = t.available_instances.min(max.saturating_sub(used));
+            }
+            t
+        })
+        .collect()
+}
+
+/// The framebuffer size a type's name gives (`L40S-4Q` = 4 GiB), for types no table knows.
+fn size_from_name(name: &str) -> TypeDetails {
+    let size = name
+        .rsplit('-')
+        .next()
+        .map(|s| s.trim_end_matches(|c: char| c.is_ascii_alphabetic()))
+        .and_then(|s| s.parse::<u64>().ok());
+    match size {
+        Some(gib) => TypeDetails::Nvidia {
+            heads: None,
+            frame_rate_limit: None,
+            framebuffer_mib: Some(gib * 1024),
+            max_resolution: None,
+            max_instances: None,
+        },
+        None => TypeDetails::Unknown,
+    }
 }
 
 fn read_pci_gpu(host: &Host, address: &str, dir: &Path, class: u32) -> HostResult<Gpu> {
@@ -150,6 +302,8 @@ fn read_pci_gpu(host: &Host, address: &str, dir: &Path, class: u32) -> HostResul
         numa_node,
         sharing_modes: Vec::new(),
         types: Vec::new(),
+        sriov: None,
+        physical_function: None,
     })
 }
 
@@ -318,7 +472,12 @@ mod tests {
         assert_eq!(gpus.len(), 4, "{names:?}");
         for (g, loc) in &gpus {
             assert!(loc.is_mdev_parent, "{}", g.address);
-            assert_eq!(g.sharing_modes, vec![SharingMode::Mdev]);
+            let expected = if g.address == "mtty" {
+                vec![SharingMode::Mdev]
+            } else {
+                vec![SharingMode::Mdev, SharingMode::Passthrough]
+            };
+            assert_eq!(g.sharing_modes, expected, "{}", g.address);
             if g.address != "mtty" {
                 assert_eq!(g.class >> 16, 0x03, "{}", g.address);
                 assert!(g.iommu_group.is_some(), "{}", g.address);
@@ -355,7 +514,7 @@ mod tests {
             .find(|(g, _)| g.address == gpu.address)
             .expect("still a GPU: class 0x03");
         assert!(same.0.types.is_empty());
-        assert!(same.0.sharing_modes.is_empty());
+        assert_eq!(same.0.sharing_modes, vec![SharingMode::Passthrough]);
     }
 
     #[test]

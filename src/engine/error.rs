@@ -35,6 +35,13 @@ pub enum EngineError {
     /// The device is in use.
     #[error("{0}")]
     Busy(String),
+    /// The host cannot do this (no IOMMU, a driver without the capability).
+    #[error("{0}")]
+    NotSupported(String),
+    /// Doing it would hand the guest more than was asked for (an IOMMU group shared with
+    /// other devices); the caller may insist with "force".
+    #[error("{0}")]
+    Unsafe(String),
     /// The host refused or failed an operation.
     #[error("{context}: {source}")]
     Host {

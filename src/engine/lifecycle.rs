@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use super::pci_devices::{Making, Outcome};
 use super::{
     libc_errno, lock, CreateRequest, DeviceInfo, Engine, EngineError, EngineResult, ModifyRequest,
     Refusal,
 };
 use crate::discovery;
-use crate::model::{MdevDevice, MdevType};
+use crate::model::{DeviceKind, MdevDevice, MdevType, SharingMode, PASSTHROUGH_TYPE};
 use crate::persist::intent::{self, Intent, Operation};
 use crate::persist::{self, mdevctl, state};
 
@@ -22,7 +23,7 @@ pub(super) enum Attempt {
 }
 
 impl Engine {
-    fn open_intent(&self, uuid: &str, operation: Operation) -> EngineResult<()> {
+    pub(super) fn open_intent(&self, uuid: &str, operation: Operation) -> EngineResult<()> {
         intent::open(
             &self.host,
             &Intent {
@@ -46,6 +47,9 @@ impl Engine {
     pub fn create_device(&self, req: &CreateRequest) -> EngineResult<DeviceInfo> {
         let req = &req.clone().normalized()?;
         req.validate()?;
+        if req.type_query.eq_ignore_ascii_case(PASSTHROUGH_TYPE) {
+            return self.create_passthrough(req);
+        }
         let candidates = self.candidates(req)?;
         let uuid = match &req.uuid {
             Some(u) => u.clone(),
@@ -69,6 +73,24 @@ impl Engine {
                 continue;
             };
             let _held = lock(&gpu_lock);
+            if self.offers_sriov_vgpu(parent) {
+                match self.assign_vf(parent, ty, &Making::from_request(&uuid, req)) {
+                    Ok(Outcome::Made(info)) => {
+                        self.close_intent(&uuid);
+                        claim.finish(Some(info.clone()));
+                        return Ok(info);
+                    }
+                    Ok(Outcome::Refused(reason)) => refusals.push(Refusal {
+                        gpu: parent.clone(),
+                        reason,
+                    }),
+                    Err(e) => {
+                        self.close_intent(&uuid);
+                        return Err(e);
+                    }
+                }
+                continue;
+            }
             let attempt = match self.try_create_on(parent, ty, &uuid, req) {
                 Ok(a) => a,
                 Err(e) => {
@@ -102,6 +124,55 @@ impl Engine {
             type_query: req.type_query.clone(),
             refusals,
         })
+    }
+
+    /// Moves a GPU or VF to vfio-pci for one guest (type "passthrough", option "parent").
+    fn create_passthrough(&self, req: &CreateRequest) -> EngineResult<DeviceInfo> {
+        let Some(address) = &req.parent else {
+            return Err(EngineError::InvalidArgument(
+                "a passthrough device needs option \"parent\": the address of the GPU or VF to give"
+                    .into(),
+            ));
+        };
+        if req.params.is_some() {
+            return Err(EngineError::InvalidArgument(
+                "option \"params\" applies to NVIDIA vGPUs, not to passthrough".into(),
+            ));
+        }
+        let function = self.pci_function(address)?;
+        if function.class >> 16 != 0x03 {
+            return Err(EngineError::InvalidArgument(format!(
+                "{address} is no GPU (PCI class {:06x}); vgpud passes through GPUs and their VFs",
+                function.class
+            )));
+        }
+        let pf = function
+            .physical_function
+            .clone()
+            .unwrap_or_else(|| address.clone());
+        let gpu_lock = self
+            .gpu_lock(&pf)
+            .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
+        let uuid = match &req.uuid {
+            Some(u) => u.clone(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let claim = self.claim(&uuid, true)?;
+        let held = lock(&gpu_lock);
+        let result = self.assign_passthrough(address, req.force, &Making::from_request(&uuid, req));
+        drop(held);
+        self.close_intent(&uuid);
+        let info = result?;
+        claim.finish(Some(info.clone()));
+        Ok(info)
+    }
+
+    /// Whether a GPU shares through NVIDIA vGPU on SR-IOV virtual functions.
+    pub(super) fn offers_sriov_vgpu(&self, address: &str) -> bool {
+        self.with_gpu(address, |g| {
+            g.sharing_modes.contains(&SharingMode::SriovVgpu)
+        })
+        .unwrap_or(false)
     }
 
     /// Writes the definition (if persistent) and vgpud's record of a device just created.
@@ -152,6 +223,9 @@ impl Engine {
             persistent,
             autostart: persistent && autostart,
             created: persist::now_unix(),
+            kind: DeviceKind::Mdev,
+            address: None,
+            functions: Vec::new(),
         };
         self.write_record(&info, params.map(str::to_string))?;
         Ok(info)
@@ -175,10 +249,10 @@ impl Engine {
         uuid: &str,
         req: &CreateRequest,
     ) -> EngineResult<Attempt> {
-        let available = self.available(parent, &ty.id)?;
-        if available == 0 {
+        let Some(mdev_parent) = self.free_mdev_parent(parent, &ty.id)? else {
             return Ok(Attempt::Refused(self.why_full(parent, ty)));
-        }
+        };
+        let parent = mdev_parent.as_str();
         if let Err(e) = self.write_create(parent, &ty.id, uuid) {
             return match e {
                 EngineError::NoCapacity { refusals, .. } => Ok(Attempt::Refused(
@@ -299,6 +373,21 @@ impl Engine {
         let uuid = super::request::parse_uuid(uuid)?;
         let claim = self.claim(&uuid, false)?;
         let info = self.known(&uuid)?;
+        if info.kind != DeviceKind::Mdev {
+            self.release_pci(&info, false)?;
+            if let Err(e) = state::remove(&self.host, &uuid) {
+                // The intent stays open: the next start finishes the removal.
+                return Err(EngineError::persist(format!("forgetting {uuid}"), e));
+            }
+            self.close_intent(&uuid);
+            claim.finish(None);
+            return Ok(DeviceInfo {
+                active: false,
+                persistent: false,
+                autostart: false,
+                ..info
+            });
+        }
         self.open_intent(
             &uuid,
             Operation::Remove {
@@ -347,6 +436,9 @@ impl Engine {
 
     /// Starts a defined device; the caller holds its claim.
     pub(super) fn start_defined(&self, info: &DeviceInfo) -> EngineResult<DeviceInfo> {
+        if info.kind != DeviceKind::Mdev {
+            return self.start_pci(info);
+        }
         let uuid = &info.uuid;
         let attrs: Vec<(String, String)> = self.definition_attrs(info);
         let gpu_lock = self.gpu_lock(&info.parent).ok_or_else(|| {
@@ -397,6 +489,49 @@ impl Engine {
         })
     }
 
+    /// Starts a recorded SR-IOV vGPU (on any free VF) or passthrough device.
+    fn start_pci(&self, info: &DeviceInfo) -> EngineResult<DeviceInfo> {
+        let gpu_lock = self.gpu_lock(&info.parent).ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "the GPU {} of device {} is not on this host now",
+                info.parent, info.uuid
+            ))
+        })?;
+        let held = lock(&gpu_lock);
+        let making = Making::from_info(info);
+        let result = match info.kind {
+            DeviceKind::SriovVgpu => {
+                let ty = self
+                    .gpu(&info.parent)
+                    .and_then(|g| g.types.into_iter().find(|t| t.id == info.type_id))
+                    .ok_or_else(|| {
+                        EngineError::NotFound(format!(
+                            "GPU {} offers no type {} now",
+                            info.parent, info.type_id
+                        ))
+                    })?;
+                match self.assign_vf(&info.parent, &ty, &making)? {
+                    Outcome::Made(started) => Ok(started),
+                    Outcome::Refused(reason) => Err(EngineError::NoCapacity {
+                        type_query: info.type_id.clone(),
+                        refusals: vec![Refusal {
+                            gpu: info.parent.clone(),
+                            reason,
+                        }],
+                    }),
+                }
+            }
+            _ => {
+                let address = info.address.clone().unwrap_or_else(|| info.parent.clone());
+                // The group was accepted when the device was made.
+                self.assign_passthrough(&address, true, &making)
+            }
+        };
+        drop(held);
+        self.close_intent(&info.uuid);
+        result
+    }
+
     /// The attributes a start writes: the definition's, else the parameters vgpud recorded.
     pub(super) fn definition_attrs(&self, info: &DeviceInfo) -> Vec<(String, String)> {
         let path = mdevctl::path(&self.host, &info.parent, &info.uuid);
@@ -422,6 +557,23 @@ impl Engine {
         let claim = self.claim(&uuid, false)?;
         if !info.active {
             return Ok(info);
+        }
+        if info.kind != DeviceKind::Mdev {
+            self.release_pci(&info, true)?;
+            let stopped = DeviceInfo {
+                active: false,
+                iommu_group: None,
+                address: match info.kind {
+                    DeviceKind::SriovVgpu => None,
+                    _ => info.address.clone(),
+                },
+                ..info
+            };
+            let params = stopped.attributes.get(VGPU_PARAMS).cloned();
+            self.write_record(&stopped, params)?;
+            self.close_intent(&uuid);
+            claim.finish(Some(stopped.clone()));
+            return Ok(stopped);
         }
         self.open_intent(
             &uuid,
@@ -492,7 +644,9 @@ impl Engine {
             .iter()
             .find(|(k, _)| k == VGPU_PARAMS)
             .map(|(_, v)| v.clone());
-        if persistent {
+        if info.kind != DeviceKind::Mdev {
+            Ok(())
+        } else if persistent {
             mdevctl::write(
                 &self.host,
                 &mdevctl::Definition {
@@ -542,13 +696,17 @@ impl Engine {
     }
 
     /// Writes vgpud's record of a device as `info` describes it.
-    fn write_record(&self, info: &DeviceInfo, params: Option<String>) -> EngineResult<()> {
+    pub(super) fn write_record(
+        &self,
+        info: &DeviceInfo,
+        params: Option<String>,
+    ) -> EngineResult<()> {
         state::write(
             &self.host,
             &state::DeviceRecord {
                 version: state::VERSION,
                 uuid: info.uuid.clone(),
-                kind: state::DeviceKind::Mdev,
+                kind: info.kind.into(),
                 parent: info.parent.clone(),
                 type_id: info.type_id.clone(),
                 owner: info.owner.clone(),
@@ -556,6 +714,8 @@ impl Engine {
                 persistent: info.persistent,
                 autostart: info.autostart,
                 params,
+                address: info.address.clone(),
+                functions: info.functions.clone(),
             },
         )
         .map_err(|e| EngineError::persist(format!("recording {}", info.uuid), e))
@@ -579,6 +739,9 @@ impl Engine {
             type_id: dev.type_id,
             iommu_group: dev.iommu_group,
             attributes: dev.attributes,
+            kind: DeviceKind::Mdev,
+            address: None,
+            functions: Vec::new(),
         }
     }
 }

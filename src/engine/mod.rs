@@ -15,8 +15,10 @@
 
 mod error;
 mod lifecycle;
+mod pci_devices;
 mod reconcile;
 mod request;
+mod sriov;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::discovery::{self, GpuLocation};
 use crate::host::Host;
-use crate::model::{Gpu, MdevType, TypeDetails};
+use crate::model::{DeviceKind, Gpu, MdevType, MovedFunction, TypeDetails};
 use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
@@ -59,6 +61,13 @@ pub struct DeviceInfo {
     pub autostart: bool,
     /// When vgpud created it, seconds since the Unix epoch; 0 if not created by vgpud.
     pub created: u64,
+    /// What the device is on the host.
+    pub kind: DeviceKind,
+    /// The PCI function it is: the VF an SR-IOV vGPU is on (while it has one), the function
+    /// passed through. `None` for mdevs.
+    pub address: Option<String>,
+    /// Passthrough: the functions moved to vfio-pci and the drivers they had.
+    pub functions: Vec<MovedFunction>,
 }
 
 /// Something that happened to a device behind vgpud's back, and what vgpud did about it.
@@ -125,7 +134,12 @@ pub struct Engine {
     refreshing: Mutex<()>,
     /// When the host was last looked at ([`Engine::poll`]).
     last_poll: Mutex<Option<std::time::Instant>>,
+    /// NVIDIA's `sriov-manage`, relative to the host's root.
+    sriov_manage: PathBuf,
 }
+
+/// Where NVIDIA installs `sriov-manage`, relative to the root.
+pub const DEFAULT_SRIOV_MANAGE: &str = "usr/lib/nvidia/sriov-manage";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves consistent data (every update is a
@@ -144,11 +158,20 @@ impl Engine {
             registry: Mutex::new(Registry::default()),
             refreshing: Mutex::new(()),
             last_poll: Mutex::new(None),
+            sriov_manage: PathBuf::from(DEFAULT_SRIOV_MANAGE),
         };
         engine.rescan_gpus()?;
         engine.replay_intents()?;
         engine.refresh(true)?;
         Ok(engine)
+    }
+
+    /// Uses NVIDIA's `sriov-manage` at `path` (absolute paths are taken below the host's
+    /// root, as every path vgpud uses).
+    pub fn with_sriov_manage(mut self, path: impl Into<PathBuf>) -> Self {
+        let path: PathBuf = path.into();
+        self.sriov_manage = path.strip_prefix("/").map(PathBuf::from).unwrap_or(path);
+        self
     }
 
     /// The host this engine manages.
@@ -176,6 +199,19 @@ impl Engine {
                 },
             );
         }
+        // A VF that is an mdev parent is part of its physical GPU: it takes that GPU's lock.
+        let pf_locks: Vec<(String, Arc<Mutex<()>>)> = next
+            .values()
+            .filter_map(|e: &GpuEntry| {
+                let pf = e.gpu.physical_function.as_ref()?;
+                Some((e.gpu.address.clone(), next.get(pf)?.lock.clone()))
+            })
+            .collect();
+        for (vf, pf_lock) in pf_locks {
+            if let Some(e) = next.get_mut(&vf) {
+                e.lock = pf_lock;
+            }
+        }
         let added = next
             .keys()
             .filter(|a| !gpus.contains_key(*a))
@@ -198,9 +234,14 @@ impl Engine {
         self.gpus().get(address).map(|e| e.lock.clone())
     }
 
-    /// Every GPU, with its types as discovered (available counts as of the last scan).
+    /// Every physical GPU, with its types as discovered (available counts as of the last
+    /// scan). VFs that are mdev parents are part of their GPU, not listed.
     pub fn list_gpus(&self) -> Vec<Gpu> {
-        self.gpus().values().map(|e| e.gpu.clone()).collect()
+        self.gpus()
+            .values()
+            .filter(|e| e.gpu.is_physical())
+            .map(|e| e.gpu.clone())
+            .collect()
     }
 
     /// One GPU by address.
@@ -223,18 +264,92 @@ impl Engine {
         self.gpus().get(address).map(|e| e.location.dir.clone())
     }
 
-    /// Every type of every GPU, with available instances read from the host now.
+    /// Every type of every physical GPU, with how many more the GPU can take read from the
+    /// host now: an mdev type's `available_instances` (summed over the VFs of a GPU whose VFs
+    /// are the mdev parents), or the free VFs that list an SR-IOV vGPU type.
     pub fn list_types(&self) -> EngineResult<Vec<(String, MdevType)>> {
-        let gpus = self.gpus();
+        let addresses: Vec<String> = self
+            .gpus()
+            .values()
+            .filter(|e| e.gpu.is_physical())
+            .map(|e| e.gpu.address.clone())
+            .collect();
         let mut out = Vec::new();
-        for entry in gpus.values() {
-            for ty in &entry.gpu.types {
-                let mut ty = ty.clone();
-                ty.available_instances = self.available(&entry.gpu.address, &ty.id)?;
-                out.push((entry.gpu.address.clone(), ty));
+        for address in addresses {
+            for ty in self.live_types(&address)? {
+                out.push((address.clone(), ty));
             }
         }
         Ok(out)
+    }
+
+    /// The types of one physical GPU with their capacity now.
+    pub fn live_types(&self, address: &str) -> EngineResult<Vec<MdevType>> {
+        let Some((gpu, is_mdev_parent)) = self
+            .gpus()
+            .get(address)
+            .map(|e| (e.gpu.clone(), e.location.is_mdev_parent))
+        else {
+            return Ok(Vec::new());
+        };
+        if gpu
+            .sharing_modes
+            .contains(&crate::model::SharingMode::SriovVgpu)
+        {
+            return Ok(discovery::vgpu_types(&gpu.model, &self.vf_states(address)?));
+        }
+        if is_mdev_parent {
+            let mut types = gpu.types;
+            for ty in &mut types {
+                ty.available_instances = self.available(address, &ty.id)?;
+            }
+            return Ok(types);
+        }
+        let vfs = self.vf_parents(address);
+        if vfs.is_empty() {
+            return Ok(gpu.types);
+        }
+        let mut per_vf = Vec::new();
+        for (vf, types) in vfs {
+            let mut types = types;
+            for ty in &mut types {
+                ty.available_instances = self.available(&vf, &ty.id)?;
+            }
+            per_vf.push(types);
+        }
+        let refs: Vec<&Vec<MdevType>> = per_vf.iter().collect();
+        Ok(discovery::sum_vf_types(&refs))
+    }
+
+    /// The VFs of a physical GPU that are mdev parents, with their types, in address order.
+    fn vf_parents(&self, pf: &str) -> Vec<(String, Vec<MdevType>)> {
+        self.gpus()
+            .values()
+            .filter(|e| e.gpu.physical_function.as_deref() == Some(pf))
+            .map(|e| (e.gpu.address.clone(), e.gpu.types.clone()))
+            .collect()
+    }
+
+    /// The mdev parent of a GPU that can take one more of a type now: the GPU itself, or the
+    /// first of its VFs with room. `None` when none has room.
+    pub(super) fn free_mdev_parent(
+        &self,
+        gpu: &str,
+        type_id: &str,
+    ) -> EngineResult<Option<String>> {
+        let is_parent = self
+            .gpus()
+            .get(gpu)
+            .is_some_and(|e| e.location.is_mdev_parent);
+        if is_parent {
+            return Ok((self.available(gpu, type_id)? > 0).then(|| gpu.to_string()));
+        }
+        for (vf, types) in self.vf_parents(gpu) {
+            if types.iter().any(|t| t.id == type_id) && self.available(&vf, type_id)? > 0 {
+                return Ok(Some(vf));
+            }
+        }
+        Ok(None)
     }
 
     fn available(&self, parent: &str, type_id: &str) -> EngineResult<u32> {
@@ -256,14 +371,25 @@ impl Engine {
         lock(&self.registry).devices.get(&uuid).cloned()
     }
 
-    /// Devices of one GPU.
+    /// Devices of one GPU, also those on its VFs.
     pub fn devices_of(&self, parent: &str) -> Vec<DeviceInfo> {
+        let vfs: BTreeSet<String> = self
+            .vf_parents(parent)
+            .into_iter()
+            .map(|(vf, _)| vf)
+            .collect();
         lock(&self.registry)
             .devices
             .values()
-            .filter(|d| d.parent == parent)
+            .filter(|d| d.parent == parent || vfs.contains(&d.parent))
             .cloned()
             .collect()
+    }
+
+    /// The physical GPU a device's parent belongs to (the parent itself unless it is a VF).
+    pub fn gpu_of_parent(&self, parent: &str) -> String {
+        self.physical_of(parent)
+            .unwrap_or_else(|| parent.to_string())
     }
 
     fn type_name(&self, parent: &str, type_id: &str) -> String {
@@ -309,7 +435,10 @@ impl Engine {
         }
         let mut matches: Vec<(String, MdevType)> = gpus
             .values()
-            .filter(|e| req.parent.as_ref().is_none_or(|p| *p == e.gpu.address))
+            .filter(|e| match &req.parent {
+                Some(p) => *p == e.gpu.address,
+                None => e.gpu.is_physical(),
+            })
             .flat_map(|e| {
                 e.gpu
                     .types
@@ -381,20 +510,61 @@ impl Engine {
         }
     }
 
-    /// The libvirt `<hostdev>` element for a device.
+    /// The libvirt `<hostdev>` element for a device; for a passthrough device of several
+    /// functions, one element per function, one after the other.
     pub fn hostdev_xml(&self, uuid: &str, opts: &HostdevOptions) -> EngineResult<String> {
+        Ok(self.hostdev_fragments(uuid, opts)?.join("\n"))
+    }
+
+    /// The libvirt `<hostdev>` elements of a device: one for an mdev or an SR-IOV vGPU's VF
+    /// (`managed='no'`: the VF stays on the NVIDIA driver), one per function of a passthrough
+    /// device (`managed='no'`: vgpud bound them to vfio-pci; several functions are one
+    /// multi-function device in the guest).
+    pub fn hostdev_fragments(
+        &self,
+        uuid: &str,
+        opts: &HostdevOptions,
+    ) -> EngineResult<Vec<String>> {
         let uuid = request::parse_uuid(uuid)?;
-        if self.device(&uuid).is_none() {
+        let Some(info) = self.device(&uuid) else {
             return Err(EngineError::NotFound(format!(
                 "no device {uuid} on this host"
             )));
+        };
+        if info.kind != DeviceKind::Mdev && (opts.display.is_some() || opts.ramfb.is_some()) {
+            return Err(EngineError::InvalidArgument(format!(
+                "options \"display\" and \"ramfb\" apply to mdevs; device {uuid} is {}",
+                info.kind
+            )));
         }
-        xml::render_mdev_hostdev(&xml::MdevHostdev {
-            uuid: uuid.clone(),
-            display: opts.display,
-            ramfb: opts.ramfb,
-        })
-        .map_err(|e| match e {
+        let rendered = match info.kind {
+            DeviceKind::Mdev => xml::render_mdev_hostdev(&xml::MdevHostdev {
+                uuid: uuid.clone(),
+                display: opts.display,
+                ramfb: opts.ramfb,
+            })
+            .map(|x| vec![x]),
+            DeviceKind::SriovVgpu => {
+                let Some(vf) = info.address.clone().filter(|_| info.active) else {
+                    return Err(EngineError::NotFound(format!(
+                        "device {uuid} holds no VF while it is not active: start it first"
+                    )));
+                };
+                xml::render_pci_functions(&[vf], opts.guest_bus)
+            }
+            DeviceKind::Passthrough => {
+                let mut addresses: Vec<String> =
+                    info.functions.iter().map(|f| f.address.clone()).collect();
+                addresses.sort();
+                if let Some(main) = &info.address {
+                    // The function asked for is function 0 in the guest.
+                    addresses.retain(|a| a != main);
+                    addresses.insert(0, main.clone());
+                }
+                xml::render_pci_functions(&addresses, opts.guest_bus)
+            }
+        };
+        rendered.map_err(|e| match e {
             xml::XmlError::InvalidInput { .. } => EngineError::InvalidArgument(e.to_string()),
             other => EngineError::Xml {
                 uuid,
@@ -440,6 +610,9 @@ mod libc_errno {
     pub const EBUSY: i32 = nix::errno::Errno::EBUSY as i32;
     pub const EEXIST: i32 = nix::errno::Errno::EEXIST as i32;
     pub const EINVAL: i32 = nix::errno::Errno::EINVAL as i32;
+    pub const EIO: i32 = nix::errno::Errno::EIO as i32;
+    pub const EPERM: i32 = nix::errno::Errno::EPERM as i32;
+    pub const ERANGE: i32 = nix::errno::Errno::ERANGE as i32;
     pub const ENODEV: i32 = nix::errno::Errno::ENODEV as i32;
     pub const ENOENT: i32 = nix::errno::Errno::ENOENT as i32;
     pub const ENOSPC: i32 = nix::errno::Errno::ENOSPC as i32;

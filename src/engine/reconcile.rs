@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::lifecycle::{attr_map, VGPU_PARAMS};
 use super::{lock, DeviceChanges, DeviceInfo, Drift, Engine, EngineError, EngineResult};
 use crate::discovery;
-use crate::model::MdevDevice;
+use crate::model::{DeviceKind, MdevDevice};
 use crate::persist::intent::{self, Operation};
 use crate::persist::{self, mdevctl, state};
 
@@ -36,6 +36,13 @@ pub enum Stage {
 /// One step of a restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreStep {
+    /// Enable (or disable) the recorded number of VFs on a physical function.
+    SetVfCount {
+        /// The physical function.
+        pf: String,
+        /// The recorded count.
+        count: u32,
+    },
     /// Wait (bounded) until these parents exist.
     WaitForParents {
         /// The stage the parents are needed for.
@@ -43,8 +50,10 @@ pub enum RestoreStep {
         /// Parent device names.
         parents: Vec<String>,
     },
-    /// Start a defined mdev.
-    StartMdev {
+    /// Start a recorded device.
+    Start {
+        /// The stage it belongs to.
+        stage: Stage,
         /// The device.
         uuid: String,
         /// Its parent.
@@ -52,33 +61,52 @@ pub enum RestoreStep {
     },
 }
 
-/// Plans the restore of devices at start: every persistent, autostart device that is not
-/// active, stage by stage in boot order; within a stage, first the wait for its parents, then
-/// the devices by parent and UUID. A pure function: the order is unit-tested.
-pub fn plan_restore(devices: &[DeviceInfo]) -> Vec<RestoreStep> {
-    let wanted: Vec<&DeviceInfo> = devices
+/// The stage a device of a kind is started in.
+pub fn stage_of(kind: DeviceKind) -> Stage {
+    match kind {
+        DeviceKind::SriovVgpu => Stage::SriovVgpuTypes,
+        DeviceKind::Mdev => Stage::Mdevs,
+        DeviceKind::Passthrough => Stage::Passthrough,
+    }
+}
+
+/// Plans the restore at start: first the recorded VF counts that differ from the host's
+/// (`vf_counts`: physical function, recorded count, current count), then every persistent,
+/// autostart device that is not active, stage by stage in boot order; within a stage, first
+/// the wait for its parents, then the devices by parent and UUID. A pure function: the order
+/// is unit-tested.
+pub fn plan_restore(devices: &[DeviceInfo], vf_counts: &[(String, u32, u32)]) -> Vec<RestoreStep> {
+    let mut steps: Vec<RestoreStep> = vf_counts
+        .iter()
+        .filter(|(_, wanted, current)| wanted != current)
+        .map(|(pf, wanted, _)| RestoreStep::SetVfCount {
+            pf: pf.clone(),
+            count: *wanted,
+        })
+        .collect();
+    let mut by_stage: BTreeMap<Stage, Vec<(String, String)>> = BTreeMap::new();
+    for d in devices
         .iter()
         .filter(|d| d.persistent && d.autostart && !d.active)
-        .collect();
-    let mut steps = Vec::new();
-    if wanted.is_empty() {
-        return steps;
+    {
+        by_stage
+            .entry(stage_of(d.kind))
+            .or_default()
+            .push((d.parent.clone(), d.uuid.clone()));
     }
-    let parents: BTreeSet<String> = wanted.iter().map(|d| d.parent.clone()).collect();
-    steps.push(RestoreStep::WaitForParents {
-        stage: Stage::Mdevs,
-        parents: parents.into_iter().collect(),
-    });
-    let mut starts: Vec<(String, String)> = wanted
-        .iter()
-        .map(|d| (d.parent.clone(), d.uuid.clone()))
-        .collect();
-    starts.sort();
-    steps.extend(
-        starts
-            .into_iter()
-            .map(|(parent, uuid)| RestoreStep::StartMdev { uuid, parent }),
-    );
+    for (stage, mut starts) in by_stage {
+        starts.sort();
+        let parents: BTreeSet<String> = starts.iter().map(|(p, _)| p.clone()).collect();
+        steps.push(RestoreStep::WaitForParents {
+            stage,
+            parents: parents.into_iter().collect(),
+        });
+        steps.extend(starts.into_iter().map(|(parent, uuid)| RestoreStep::Start {
+            stage,
+            uuid,
+            parent,
+        }));
+    }
     steps
 }
 
@@ -91,6 +119,8 @@ pub struct RestoreReport {
     pub failed: Vec<(String, String)>,
     /// Parents that did not appear in time; their devices start when they do.
     pub missing_parents: Vec<String>,
+    /// VF counts set again, by physical function.
+    pub vf_counts: Vec<(String, u32)>,
 }
 
 /// The devices that should be known: active ones, defined ones, recorded ones; and the
@@ -118,7 +148,11 @@ impl Engine {
             intent::close(&self.host, &uuid)
                 .map_err(|e| EngineError::persist(format!("closing the intent of {uuid}"), e))?;
         }
-        let mut dirs = vec![state::dir(&self.host), intent::dir(&self.host)];
+        let mut dirs = vec![
+            state::dir(&self.host),
+            intent::dir(&self.host),
+            persist::sriov::dir(&self.host),
+        ];
         let base = mdevctl::base_dir(&self.host);
         dirs.push(base.clone());
         if let Ok(parents) = std::fs::read_dir(&base) {
@@ -188,6 +222,27 @@ impl Engine {
                 Ok("the device was started, its attributes were written again")
             }
             (Operation::Start { .. }, None) => Ok("the device did not start; it stays defined"),
+            (Operation::Assign { .. }, _) => self.replay_assign(uuid, op),
+            (
+                Operation::Release {
+                    kind,
+                    address,
+                    type_id,
+                    functions,
+                    keep,
+                    ..
+                },
+                _,
+            ) => {
+                let kind: DeviceKind = (*kind).into();
+                self.finish_release(kind, address, type_id, functions)?;
+                if !*keep {
+                    state::remove(&self.host, uuid).map_err(persist_err("forgetting"))?;
+                } else if kind == DeviceKind::SriovVgpu {
+                    self.forget_vf_of(uuid)?;
+                }
+                Ok("the release was completed")
+            }
             (Operation::Stop { .. }, Some(_)) => {
                 self.write_remove(uuid)?;
                 Ok("the stop was completed")
@@ -260,6 +315,9 @@ impl Engine {
             persistent: true,
             autostart: def.autostart,
             created: record.map_or(0, |r| r.created),
+            kind: crate::model::DeviceKind::Mdev,
+            address: None,
+            functions: Vec::new(),
         }
     }
 
@@ -306,6 +364,12 @@ impl Engine {
                 devices.insert(uuid.to_string(), self.describe_defined(def, rec));
             }
         }
+        let pci_records: Vec<&state::DeviceRecord> = records
+            .values()
+            .copied()
+            .filter(|r| r.kind != state::DeviceKind::Mdev)
+            .collect();
+        self.merge_pci(&pci_records, &mut devices)?;
         let stale_records = records
             .keys()
             .filter(|u| !devices.contains_key(**u))
@@ -450,13 +514,21 @@ impl Engine {
     pub fn restore(&self, parent_timeout: Duration) -> RestoreReport {
         let mut report = RestoreReport::default();
         let mut missing: BTreeSet<String> = BTreeSet::new();
-        for step in plan_restore(&self.list_devices()) {
+        let vf_counts = self.recorded_vf_counts();
+        for step in plan_restore(&self.list_devices(), &vf_counts) {
             match step {
+                RestoreStep::SetVfCount { pf, count } => match self.apply_vf_count(&pf, count) {
+                    Ok(_) => report.vf_counts.push((pf, count)),
+                    Err(e) => {
+                        tracing::warn!(%pf, count, error = %e, "could not restore a VF count");
+                        report.failed.push((pf, e.to_string()));
+                    }
+                },
                 RestoreStep::WaitForParents { stage, parents } => {
                     missing = self.wait_for_parents(stage, &parents, parent_timeout);
                     report.missing_parents.extend(missing.iter().cloned());
                 }
-                RestoreStep::StartMdev { uuid, parent } => {
+                RestoreStep::Start { uuid, parent, .. } => {
                     if missing.contains(&parent) {
                         continue;
                     }
@@ -484,7 +556,13 @@ impl Engine {
         let missing = |e: &Engine| -> BTreeSet<String> {
             parents
                 .iter()
-                .filter(|p| !discovery::mdev_parent_dir(&e.host, p).exists())
+                .filter(|p| {
+                    let dir = match stage {
+                        Stage::Mdevs => discovery::mdev_parent_dir(&e.host, p),
+                        _ => discovery::sriov::pci_dir(&e.host, p),
+                    };
+                    !dir.exists()
+                })
                 .cloned()
                 .collect()
         };

@@ -27,6 +27,8 @@ pub struct CreateRequest {
     pub persistent: bool,
     /// Start the device whenever its parent appears (needs `persistent`).
     pub autostart: bool,
+    /// Passthrough: also move the other devices of the GPU's IOMMU group to vfio-pci.
+    pub force: bool,
 }
 
 impl Default for CreateRequest {
@@ -40,6 +42,7 @@ impl Default for CreateRequest {
             params: None,
             persistent: true,
             autostart: true,
+            force: false,
         }
     }
 }
@@ -60,6 +63,8 @@ pub struct HostdevOptions {
     pub display: Option<bool>,
     /// `ramfb='on'|'off'`.
     pub ramfb: Option<bool>,
+    /// The guest PCI bus of a passthrough device's functions.
+    pub guest_bus: Option<u8>,
 }
 
 impl CreateRequest {
@@ -110,7 +115,7 @@ pub fn parse_uuid(s: &str) -> EngineResult<String> {
 
 /// A name that becomes part of a path or is matched against one: no separators, no dot
 /// names, printable, not empty, not huge.
-fn check_name(what: &str, value: &str) -> EngineResult<()> {
+pub(super) fn check_name(what: &str, value: &str) -> EngineResult<()> {
     check_text(what, value, MAX_NAME_LEN, false)?;
     if value.contains('/') || value == "." || value == ".." {
         return Err(EngineError::InvalidArgument(format!(

@@ -249,6 +249,17 @@ fn defined(uuid: &str, parent: &str, active: bool, autostart: bool) -> DeviceInf
         persistent: true,
         autostart,
         created: 0,
+        kind: DeviceKind::Mdev,
+        address: None,
+        functions: Vec::new(),
+    }
+}
+
+fn start(stage: Stage, uuid: &str, parent: &str) -> RestoreStep {
+    RestoreStep::Start {
+        stage,
+        uuid: uuid.into(),
+        parent: parent.into(),
     }
 }
 
@@ -262,30 +273,64 @@ fn the_restore_plan_waits_for_parents_then_starts_by_parent_and_uuid() {
         defined("e", "0000:04:00.0", false, false),
     ];
     assert_eq!(
-        plan_restore(&devices),
+        plan_restore(&devices, &[]),
         vec![
             RestoreStep::WaitForParents {
                 stage: Stage::Mdevs,
                 parents: vec!["0000:01:00.0".into(), "0000:02:00.0".into()],
             },
-            RestoreStep::StartMdev {
-                uuid: "c".into(),
-                parent: "0000:01:00.0".into()
-            },
-            RestoreStep::StartMdev {
-                uuid: "a".into(),
-                parent: "0000:02:00.0".into()
-            },
-            RestoreStep::StartMdev {
-                uuid: "b".into(),
-                parent: "0000:02:00.0".into()
-            },
+            start(Stage::Mdevs, "c", "0000:01:00.0"),
+            start(Stage::Mdevs, "a", "0000:02:00.0"),
+            start(Stage::Mdevs, "b", "0000:02:00.0"),
         ]
     );
-    assert!(plan_restore(&[defined("d", "p", true, true)]).is_empty());
+    assert!(plan_restore(&[defined("d", "p", true, true)], &[]).is_empty());
     assert!(Stage::SriovVfs < Stage::MigInstances);
     assert!(Stage::SriovVgpuTypes < Stage::Mdevs);
     assert!(Stage::Mdevs < Stage::Passthrough);
+}
+
+#[test]
+fn the_restore_plan_sets_vf_counts_first_then_vgpus_mdevs_and_passthrough() {
+    let mut vgpu = defined("v", "0000:41:00.0", false, true);
+    vgpu.kind = DeviceKind::SriovVgpu;
+    let mut pass = defined("p", "0000:65:00.0", false, true);
+    pass.kind = DeviceKind::Passthrough;
+    let mdev_on_vf = defined("m", "0000:e8:00.4", false, true);
+    let devices = vec![pass, mdev_on_vf, vgpu];
+    let counts = vec![
+        ("0000:41:00.0".to_string(), 32, 0),
+        ("0000:e8:00.0".to_string(), 32, 0),
+        ("0000:00:02.0".to_string(), 4, 4),
+    ];
+    assert_eq!(
+        plan_restore(&devices, &counts),
+        vec![
+            RestoreStep::SetVfCount {
+                pf: "0000:41:00.0".into(),
+                count: 32
+            },
+            RestoreStep::SetVfCount {
+                pf: "0000:e8:00.0".into(),
+                count: 32
+            },
+            RestoreStep::WaitForParents {
+                stage: Stage::SriovVgpuTypes,
+                parents: vec!["0000:41:00.0".into()],
+            },
+            start(Stage::SriovVgpuTypes, "v", "0000:41:00.0"),
+            RestoreStep::WaitForParents {
+                stage: Stage::Mdevs,
+                parents: vec!["0000:e8:00.4".into()],
+            },
+            start(Stage::Mdevs, "m", "0000:e8:00.4"),
+            RestoreStep::WaitForParents {
+                stage: Stage::Passthrough,
+                parents: vec!["0000:65:00.0".into()],
+            },
+            start(Stage::Passthrough, "p", "0000:65:00.0"),
+        ]
+    );
 }
 
 mod replay {

@@ -308,15 +308,21 @@ pub fn change(
             owner: device.owner,
         });
     }
-    let xml = engine.hostdev_xml(&device.uuid, &HostdevOptions::default())?;
+    let fragments = engine.hostdev_fragments(&device.uuid, &HostdevOptions::default())?;
     let impact = impact(ops.domain_state(domain)?, opts, domain)?;
+    // A multi-function passthrough device goes in function by function, function 0 last (the
+    // guest scans the slot when function 0 appears) and out function 0 first.
     let owner = match change {
         Change::Attach => {
-            ops.attach(domain, &xml, impact)?;
+            for xml in fragments.iter().rev() {
+                ops.attach(domain, xml, impact)?;
+            }
             domain
         }
         Change::Detach => {
-            ops.detach(domain, &xml, impact)?;
+            for xml in &fragments {
+                ops.detach(domain, xml, impact)?;
+            }
             ""
         }
     };

@@ -47,6 +47,49 @@ pub enum Operation {
         /// Parent GPU.
         parent: String,
     },
+    /// Giving a PCI device (an SR-IOV vGPU's VF, passthrough functions) to a UUID, for a create
+    /// or a start: on replay, finish it if the host shows it done, else roll it back.
+    Assign {
+        /// The device kind.
+        kind: super::state::DeviceKind,
+        /// Parent GPU.
+        parent: String,
+        /// The VF, or the function passed through.
+        address: String,
+        /// Type id.
+        type_id: String,
+        /// Passthrough: the functions being moved and their drivers before.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        functions: Vec<crate::model::MovedFunction>,
+        /// Owner tag.
+        owner: String,
+        /// Vendor parameters.
+        params: Option<String>,
+        /// Keep it across reboots.
+        persistent: bool,
+        /// Start it at boot.
+        autostart: bool,
+        /// When it was first created (kept by a start).
+        created: u64,
+        /// A create (its record goes on roll-back), not a start.
+        new: bool,
+    },
+    /// Taking a PCI device back (remove or stop): on replay, always finish.
+    Release {
+        /// The device kind.
+        kind: super::state::DeviceKind,
+        /// Parent GPU.
+        parent: String,
+        /// The VF, or the function passed through.
+        address: String,
+        /// Type id.
+        type_id: String,
+        /// Passthrough: the functions to give back to their drivers.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        functions: Vec<crate::model::MovedFunction>,
+        /// Keep the record (a stop), else forget the device (a remove).
+        keep: bool,
+    },
     /// Changing persistence: on replay, apply the target again.
     Modify {
         /// Parent GPU.

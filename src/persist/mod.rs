@@ -12,6 +12,7 @@
 
 pub mod intent;
 pub mod mdevctl;
+pub mod sriov;
 pub mod state;
 
 use std::fs;

@@ -11,13 +11,36 @@ use crate::host::Host;
 /// The format version of device records.
 pub const VERSION: u32 = 1;
 
-/// What kind of device a record describes. Later kinds (SR-IOV vGPU functions, passthrough
-/// bindings) are added here.
+/// What kind of device a record describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
     /// A mediated device.
     Mdev,
+    /// An NVIDIA vGPU on an SR-IOV virtual function.
+    SriovVgpu,
+    /// PCI functions bound to vfio-pci.
+    Passthrough,
+}
+
+impl From<crate::model::DeviceKind> for DeviceKind {
+    fn from(k: crate::model::DeviceKind) -> Self {
+        match k {
+            crate::model::DeviceKind::Mdev => DeviceKind::Mdev,
+            crate::model::DeviceKind::SriovVgpu => DeviceKind::SriovVgpu,
+            crate::model::DeviceKind::Passthrough => DeviceKind::Passthrough,
+        }
+    }
+}
+
+impl From<DeviceKind> for crate::model::DeviceKind {
+    fn from(k: DeviceKind) -> Self {
+        match k {
+            DeviceKind::Mdev => crate::model::DeviceKind::Mdev,
+            DeviceKind::SriovVgpu => crate::model::DeviceKind::SriovVgpu,
+            DeviceKind::Passthrough => crate::model::DeviceKind::Passthrough,
+        }
+    }
 }
 
 /// One device record.
@@ -44,6 +67,12 @@ pub struct DeviceRecord {
     /// Vendor parameters given at creation (`nvidia/vgpu_params`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<String>,
+    /// The PCI function the device is: the VF of an SR-IOV vGPU, the function passed through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Passthrough: every function moved to vfio-pci, with its driver before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<crate::model::MovedFunction>,
 }
 
 /// `ROOT/var/lib/vgpud/devices`.
@@ -106,6 +135,8 @@ mod tests {
             persistent: true,
             autostart: false,
             params: Some("frame_rate_limiter=0".into()),
+            address: None,
+            functions: Vec::new(),
         };
         write(&host, &rec).expect("write");
         assert_eq!(read_all(&host).expect("read"), vec![rec.clone()]);

@@ -208,7 +208,8 @@ impl Plan {
                         .set("domain", format!("0x{:04x}", addr.domain))
                         .set("bus", format!("0x{:02x}", addr.bus))
                         .set("slot", format!("0x{:02x}", addr.slot))
-                        .set("function", format!("0x{:x}", addr.function));
+                        .set("function", format!("0x{:x}", addr.function))
+                        .set("guest_function", "0x0");
                     builtin::HOSTDEV_PCI.render(&ctx)
                 }
             }?;

@@ -217,6 +217,49 @@ pub struct PciHostdev {
     pub address: String,
     /// `managed='yes'` lets libvirt rebind the device to vfio-pci; NVIDIA vGPU VFs need `no`.
     pub managed: bool,
+    /// Where the guest sees it; libvirt picks an address when `None`.
+    pub guest: Option<GuestPciAddress>,
+}
+
+/// A guest-side PCI address: slot 0 of a bus (one pcie-root-port per device), and for a
+/// multi-function device the function, `multifunction='on'` on function 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestPciAddress {
+    /// Guest bus number.
+    pub bus: u8,
+    /// Guest function number (0–7).
+    pub function: u8,
+    /// Set `multifunction='on'` (function 0 of a device with more functions).
+    pub multifunction: bool,
+}
+
+/// Renders every function of a device as one multi-function device on guest bus `bus`
+/// (function 0 with `multifunction='on'`), or a single function with no guest address when
+/// there is one function and no bus. `managed` is `no`: vgpud binds the functions itself.
+pub fn render_pci_functions(
+    addresses: &[String],
+    bus: Option<u8>,
+) -> Result<Vec<String>, XmlError> {
+    let multi = addresses.len() > 1;
+    addresses
+        .iter()
+        .enumerate()
+        .map(|(i, address)| {
+            let guest = match (multi, bus) {
+                (false, None) => None,
+                (_, b) => Some(GuestPciAddress {
+                    bus: b.unwrap_or(1),
+                    function: u8::try_from(i).unwrap_or(u8::MAX),
+                    multifunction: multi && i == 0,
+                }),
+            };
+            render_pci_hostdev(&PciHostdev {
+                address: address.clone(),
+                managed: false,
+                guest,
+            })
+        })
+        .collect()
 }
 
 /// A minimal KVM domain, for tests and examples.
@@ -271,6 +314,20 @@ pub fn render_pci_hostdev_with(template: &Template, dev: &PciHostdev) -> Result<
         .set("bus", format!("0x{:02x}", addr.bus))
         .set("slot", format!("0x{:02x}", addr.slot))
         .set("function", format!("0x{:x}", addr.function));
+    if let Some(g) = dev.guest {
+        if g.function > 7 {
+            return Err(XmlError::InvalidInput {
+                field: "guest function",
+                value: g.function.to_string(),
+                reason: "a PCI device has functions 0 to 7".to_owned(),
+            });
+        }
+        ctx.set("guest_bus", format!("0x{:02x}", g.bus))
+            .set("guest_function", format!("0x{:x}", g.function));
+        if g.multifunction {
+            ctx.set("multifunction", "on");
+        }
+    }
     template.render(&ctx)
 }
 
@@ -648,6 +705,7 @@ mod tests {
         render_pci_hostdev(&PciHostdev {
             address: address.to_owned(),
             managed,
+            guest: None,
         })
     }
 
