@@ -8,47 +8,10 @@ use std::time::Duration;
 
 use common::daemon::{snapshot, Daemon, Policy, TestBus, TestHost};
 use common::proxy::{error_message, error_name, opts, DeviceProxy, GpuProxy, ManagerProxy};
+use common::setup::Setup;
 use zbus::Variant;
 
 const MIXED: &[&str] = &["mixed"];
-
-struct Setup {
-    bus: TestBus,
-    host: TestHost,
-    daemon: Daemon,
-    conn: zbus::Connection,
-}
-
-impl Setup {
-    async fn new(profiles: &[&str]) -> Self {
-        let host = TestHost::new(profiles);
-        let bus = TestBus::start(Policy::Open);
-        let daemon = Daemon::start(&bus, &host).await;
-        let conn = bus.connect().await;
-        Setup {
-            bus,
-            host,
-            daemon,
-            conn,
-        }
-    }
-
-    async fn manager(&self) -> ManagerProxy<'static> {
-        ManagerProxy::new(&self.conn).await.expect("manager proxy")
-    }
-
-    /// Addresses of the GPUs driven by `driver`.
-    async fn gpus_with_driver(&self, driver: &str) -> Vec<String> {
-        let m = self.manager().await;
-        m.list_gpus()
-            .await
-            .expect("ListGpus")
-            .into_iter()
-            .filter(|g| g.2 == driver)
-            .map(|g| g.0)
-            .collect()
-    }
-}
 
 #[tokio::test]
 async fn discovery_lists_gpus_types_and_ignores_other_pci_devices() {

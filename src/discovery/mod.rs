@@ -201,6 +201,9 @@ fn classify_sharing(host: &Host, gpu: &mut Gpu) -> HostResult<()> {
             if !vfs.is_empty() {
                 gpu.types = vgpu_types(&gpu.model, &vfs);
                 gpu.sharing_modes.push(SharingMode::SriovVgpu);
+            } else if gpu.types.is_empty() && sriov.num_vfs == 0 {
+                // VFs not enabled yet: the board's types, none available until they are.
+                gpu.types = vgpu_types(&gpu.model, &[]);
             }
         } else if sriov.total_vfs > 0 {
             gpu.sharing_modes.push(SharingMode::SriovVf);

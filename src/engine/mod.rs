@@ -482,6 +482,19 @@ impl Engine {
 
     /// Explains why a GPU has no room for a type.
     fn why_full(&self, parent: &str, ty: &MdevType) -> String {
+        let vfs_off = self
+            .with_gpu(parent, |g| {
+                g.sriov.as_ref().is_some_and(|s| s.num_vfs == 0) && !g.types.is_empty()
+            })
+            .unwrap_or(false)
+            && !self
+                .gpus()
+                .get(parent)
+                .is_some_and(|e| e.location.is_mdev_parent);
+        if vfs_off {
+            return "its SR-IOV virtual functions are not enabled (SetVfCount enables them)"
+                .to_string();
+        }
         let on_gpu: Vec<DeviceInfo> = self
             .devices_of(parent)
             .into_iter()

@@ -5,3 +5,4 @@ pub mod golden;
 pub mod introspection;
 pub mod libvirt;
 pub mod proxy;
+pub mod setup;

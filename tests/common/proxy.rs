@@ -46,6 +46,13 @@ pub trait Manager {
         domain: &str,
         options: HashMap<&str, Variant<'_>>,
     ) -> zbus::Result<()>;
+    /// SetVfCount(s, u, a{sv}) → u
+    fn set_vf_count(
+        &self,
+        gpu: &str,
+        count: u32,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<u32>;
     /// GetHostdevXml(s) → s
     fn get_hostdev_xml(&self, uuid: &str) -> zbus::Result<String>;
     /// RenderHostdevXml(s, a{sv}) → s
@@ -92,6 +99,18 @@ pub trait Gpu {
     /// Devices
     #[zbus(property)]
     fn devices(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
+
+    #[zbus(property)]
+    fn sharing_modes(&self) -> zbus::Result<Vec<String>>;
+
+    #[zbus(property)]
+    fn total_vfs(&self) -> zbus::Result<u32>;
+
+    #[zbus(property)]
+    fn num_vfs(&self) -> zbus::Result<u32>;
+
+    #[zbus(property)]
+    fn vfs(&self) -> zbus::Result<Vec<String>>;
 }
 
 /// `org.vgpud1.Device`.
@@ -130,6 +149,18 @@ pub trait Device {
     /// Created
     #[zbus(property)]
     fn created(&self) -> zbus::Result<u64>;
+
+    #[zbus(property)]
+    fn kind(&self) -> zbus::Result<String>;
+
+    #[zbus(property)]
+    fn address(&self) -> zbus::Result<String>;
+
+    #[zbus(property)]
+    fn functions(&self) -> zbus::Result<Vec<(String, String)>>;
+
+    #[zbus(property)]
+    fn parent_gpu(&self) -> zbus::Result<OwnedObjectPath>;
 }
 
 /// A Device proxy that never caches, so every read asks the daemon.
@@ -151,6 +182,16 @@ pub fn bool_opts<'a>(pairs: &[(&'a str, bool)]) -> HashMap<&'a str, Variant<'a>>
 /// Options for a call.
 pub fn opts<'a>(pairs: &[(&'a str, &'a str)]) -> HashMap<&'a str, Variant<'a>> {
     pairs.iter().map(|(k, v)| (*k, Variant::from(*v))).collect()
+}
+
+/// A GPU's proxy that reads properties afresh on every get.
+pub async fn gpu_proxy(conn: &zbus::Connection, address: &str) -> GpuProxy<'static> {
+    GpuProxy::builder(conn)
+        .path(vgpud::dbus::paths::gpu_path(address))
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("gpu proxy")
 }
 
 /// The D-Bus error name of a failed call.

@@ -1,0 +1,65 @@
+//! One private bus, one simulated host and one vgpud on it, with a connection: what most
+//! API tests start from.
+
+use super::daemon::{Daemon, Policy, TestBus, TestHost};
+use super::proxy::ManagerProxy;
+
+/// A running vgpud on a simulated host, on its own bus.
+pub struct Setup {
+    /// The private bus.
+    pub bus: TestBus,
+    /// The simulated host.
+    pub host: TestHost,
+    /// The daemon.
+    pub daemon: Daemon,
+    /// A connection to the bus.
+    pub conn: zbus::Connection,
+}
+
+impl Setup {
+    /// Writes `profiles`, starts a bus open to everyone and vgpud on it.
+    pub async fn new(profiles: &[&str]) -> Self {
+        let host = TestHost::new(profiles);
+        let bus = TestBus::start(Policy::Open);
+        let daemon = Daemon::start(&bus, &host).await;
+        let conn = bus.connect().await;
+        Setup {
+            bus,
+            host,
+            daemon,
+            conn,
+        }
+    }
+
+    /// The manager's proxy.
+    pub async fn manager(&self) -> ManagerProxy<'static> {
+        ManagerProxy::new(&self.conn).await.expect("manager proxy")
+    }
+
+    /// Addresses of the GPUs driven by `driver`.
+    pub async fn gpus_with_driver(&self, driver: &str) -> Vec<String> {
+        let m = self.manager().await;
+        m.list_gpus()
+            .await
+            .expect("ListGpus")
+            .into_iter()
+            .filter(|g| g.2 == driver)
+            .map(|g| g.0)
+            .collect()
+    }
+
+    /// Stops vgpud and starts it again on the same bus and host.
+    pub async fn restart(&mut self) {
+        if self.daemon.is_running() {
+            self.daemon.stop();
+        }
+        self.daemon = Daemon::start(&self.bus, &self.host).await;
+    }
+
+    /// `busctl call` on the manager; the JSON reply's `data`, or the error text.
+    pub fn busctl_manager(&self, method: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+        self.bus
+            .busctl_call("/org/vgpud1", "org.vgpud1.Manager", method, args)
+            .map(|v| v["data"].clone())
+    }
+}

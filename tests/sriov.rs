@@ -1,0 +1,416 @@
+//! SR-IOV end to end on simulated hosts, through a real dbus-daemon and a real vgpud, driven by
+//! busctl and zbus: NVIDIA vGPU on VFs with the vendor-specific VFIO framework (L40S), mdevs on
+//! VFs (A40), and AMD MxGPU VFs given whole.
+
+mod common;
+
+use common::libvirt::{assert_valid_hostdev, require_tools};
+use common::proxy::{bool_opts, device_proxy, error_message, error_name, gpu_proxy, opts};
+use common::setup::Setup;
+
+const L40S: &[&str] = &["nvidia-l40s"];
+
+/// GPUs whose model is `model`.
+async fn gpus_of_model(s: &Setup, model: &str) -> Vec<String> {
+    s.manager()
+        .await
+        .list_gpus()
+        .await
+        .expect("ListGpus")
+        .into_iter()
+        .filter(|g| g.1 == model)
+        .map(|g| g.0)
+        .collect()
+}
+
+/// `ListTypes` availability of `type_name` on `gpu`.
+async fn available(s: &Setup, gpu: &str, type_name: &str) -> u32 {
+    s.manager()
+        .await
+        .list_types()
+        .await
+        .expect("ListTypes")
+        .into_iter()
+        .find(|t| t.0 == gpu && t.2.ends_with(type_name))
+        .map(|t| t.5)
+        .unwrap_or_else(|| panic!("{gpu} lists no {type_name}"))
+}
+
+fn sys(s: &Setup, rel: &str) -> String {
+    std::fs::read_to_string(s.host.path(&format!("sys/bus/pci/devices/{rel}")))
+        .unwrap_or_else(|e| panic!("read {rel}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// busctl SetVfCount; the count it returns.
+fn busctl_set_vfs(s: &Setup, gpu: &str, count: u32) -> Result<u64, String> {
+    s.busctl_manager("SetVfCount", &["sua{sv}", gpu, &count.to_string(), "0"])
+        .map(|d| d[0].as_u64().expect("a count"))
+}
+
+/// busctl CreateDevice with string options; the UUID.
+fn busctl_create(s: &Setup, ty: &str, options: &[(&str, &str)]) -> Result<String, String> {
+    let mut args = vec![
+        "sa{sv}".to_string(),
+        ty.to_string(),
+        options.len().to_string(),
+    ];
+    for (k, v) in options {
+        args.extend([k.to_string(), "s".to_string(), v.to_string()]);
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    s.busctl_manager("CreateDevice", &refs)
+        .map(|d| d[0].as_str().expect("uuid").to_string())
+}
+
+#[tokio::test]
+async fn l40s_vgpus_live_on_vfs_enabled_through_sriov_manage() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let gpus = gpus_of_model(&s, "L40S").await;
+    assert_eq!(gpus.len(), 2, "two L40S");
+    let pf = gpus[0].clone();
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.total_vfs().await.expect("TotalVfs"), 32);
+    assert_eq!(gpu.num_vfs().await.expect("NumVfs"), 0);
+
+    // Before the VFs exist the board's types are listed, none available, and a create says
+    // why.
+    assert_eq!(available(&s, &pf, "L40S-4Q").await, 0);
+    let err = m
+        .create_device("L40S-4Q", opts(&[("parent", &pf)]))
+        .await
+        .expect_err("no VFs");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NoCapacity");
+    assert!(error_message(&err).contains("SetVfCount"), "{err}");
+
+    // sriov-manage enables all VFs or none; direct sriov_numvfs writes the driver refuses.
+    let err = m
+        .set_vf_count(&pf, 8, opts(&[]))
+        .await
+        .expect_err("8 of 32");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    assert!(error_message(&err).contains("all 32 VFs or none"), "{err}");
+    assert_eq!(busctl_set_vfs(&s, &pf, 32), Ok(32));
+    assert_eq!(gpu.num_vfs().await.expect("NumVfs"), 32);
+    let vfs = gpu.vfs().await.expect("Vfs");
+    assert_eq!(vfs.len(), 32);
+    assert!(gpu
+        .sharing_modes()
+        .await
+        .expect("modes")
+        .contains(&"sriov-vgpu".to_string()));
+    assert!(
+        s.host
+            .path("var/lib/vgpud/sriov")
+            .join(format!("{pf}.json"))
+            .exists(),
+        "the count is persisted"
+    );
+    // ListGpus lists physical GPUs only, not 32 VFs.
+    assert_eq!(gpus_of_model(&s, "L40S").await.len(), 2);
+    assert_eq!(available(&s, &pf, "L40S-4Q").await, 12);
+
+    // A vGPU: a free VF gets the type id and the params; the uuid is vgpud's handle.
+    let uuid = busctl_create(
+        &s,
+        "L40S-4Q",
+        &[("parent", &pf), ("params", "frame_rate_limiter=0")],
+    )
+    .expect("busctl CreateDevice");
+    let dev = device_proxy(&s.conn, &uuid).await;
+    assert_eq!(dev.kind().await.expect("Kind"), "sriov-vgpu");
+    assert_eq!(dev.parent().await.expect("Parent"), pf);
+    let vf = dev.address().await.expect("Address");
+    assert!(vfs.contains(&vf), "{vf} is a VF of {pf}");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "1150");
+    assert_eq!(
+        sys(&s, &format!("{vf}/nvidia/vgpu_params")),
+        "frame_rate_limiter=0"
+    );
+    assert_eq!(available(&s, &pf, "L40S-4Q").await, 11);
+    assert_eq!(available(&s, &pf, "L40S-8Q").await, 0, "one size at a time");
+    let err = m
+        .create_device("L40S-8Q", opts(&[("parent", &pf)]))
+        .await
+        .expect_err("equal size");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NoCapacity");
+
+    // The hostdev is the VF itself, unmanaged (libvirt must not rebind it).
+    let xml = s
+        .busctl_manager("GetHostdevXml", &["s", &uuid])
+        .expect("busctl GetHostdevXml")[0]
+        .as_str()
+        .expect("xml")
+        .to_string();
+    assert!(xml.contains(r#"type="pci" managed="no""#), "{xml}");
+    let (bus, rest) = vf[5..].split_once(':').expect("bdf");
+    let (slot, func) = rest.split_once('.').expect("bdf");
+    assert!(
+        xml.contains(&format!(
+            r#"bus="0x{bus}" slot="0x{slot}" function="0x{func}""#
+        )),
+        "{xml}"
+    );
+    require_tools();
+    assert_valid_hostdev(&xml);
+
+    // VFs that carry devices stay.
+    let err = m
+        .set_vf_count(&pf, 0, opts(&[]))
+        .await
+        .expect_err("busy VFs");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    assert!(error_message(&err).contains(&uuid), "{err}");
+
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &uuid, "0"])
+        .expect("busctl RemoveDevice");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "0");
+    assert_eq!(available(&s, &pf, "L40S-8Q").await, 6);
+    assert_eq!(busctl_set_vfs(&s, &pf, 0), Ok(0));
+    assert!(!s
+        .host
+        .path("var/lib/vgpud/sriov")
+        .join(format!("{pf}.json"))
+        .exists());
+}
+
+#[tokio::test]
+async fn a_late_remove_never_clears_a_vf_given_to_someone_else() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("enable");
+    let (old, _) = m
+        .create_device("L40S-48Q", opts(&[("parent", &pf)]))
+        .await
+        .expect("the whole GPU");
+    let vf = device_proxy(&s.conn, &old)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    m.remove_device(&old, opts(&[])).await.expect("remove");
+    let (new, _) = m
+        .create_device("L40S-48Q", opts(&[("parent", &pf)]))
+        .await
+        .expect("again");
+    let new_vf = device_proxy(&s.conn, &new)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    assert_eq!(
+        new_vf, vf,
+        "the one free VF of its kind goes to the new uuid"
+    );
+    let err = m
+        .remove_device(&old, opts(&[]))
+        .await
+        .expect_err("the old uuid is gone");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NotFound");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "1156");
+    assert!(device_proxy(&s.conn, &new)
+        .await
+        .active()
+        .await
+        .expect("Active"));
+}
+
+#[tokio::test]
+async fn vf_counts_and_vgpus_come_back_after_a_reboot() {
+    let mut s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[1].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("enable");
+    let (kept, _) = m
+        .create_device(
+            "L40S-2B",
+            opts(&[("parent", &pf), ("params", "disable_vnc=1")]),
+        )
+        .await
+        .expect("persistent by default");
+    let mut transient = opts(&[("parent", &pf)]);
+    transient.extend(bool_opts(&[("persistent", false), ("autostart", false)]));
+    let (gone, _) = m
+        .create_device("L40S-2B", transient)
+        .await
+        .expect("transient");
+    drop(m);
+
+    s.daemon.stop();
+    s.host.reboot(L40S);
+    assert_eq!(
+        sys(&s, &format!("{pf}/sriov_numvfs")),
+        "0",
+        "VFs die with a reboot"
+    );
+    s.restart().await;
+    let m = s.manager().await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.num_vfs().await.expect("NumVfs"), 32, "restored first");
+    let dev = device_proxy(&s.conn, &kept).await;
+    assert!(
+        dev.active().await.expect("Active"),
+        "restored after the VFs"
+    );
+    let vf = dev.address().await.expect("Address");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "1146");
+    assert_eq!(
+        sys(&s, &format!("{vf}/nvidia/vgpu_params")),
+        "disable_vnc=1"
+    );
+    let listed: Vec<String> = m
+        .list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .map(|d| d.0)
+        .collect();
+    assert!(listed.contains(&kept));
+    assert!(
+        !listed.contains(&gone),
+        "a transient vGPU is gone after a reboot"
+    );
+
+    // A stop frees the VF and keeps the record; a start takes any free VF.
+    m.stop_device(&kept, opts(&[])).await.expect("stop");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "0");
+    assert_eq!(dev.address().await.expect("Address"), "");
+    m.start_device(&kept, opts(&[])).await.expect("start");
+    assert!(dev.active().await.expect("Active"));
+}
+
+#[tokio::test]
+async fn vgpus_other_tools_wrote_are_adopted_under_a_stable_uuid() {
+    let mut s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("enable");
+    let vf = gpu_proxy(&s.conn, &pf).await.vfs().await.expect("Vfs")[3].clone();
+    // What NVIDIA's own tools do: write the type id to the VF.
+    vgpud::host::Host::simulated(&s.host.root)
+        .write_attr(
+            &s.host.path(&format!(
+                "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+            )),
+            "1147",
+        )
+        .expect("write the type");
+    let find = |rows: Vec<(String, String, String, String, zbus::OwnedObjectPath)>| {
+        rows.into_iter().find(|d| d.2 == "nvidia-1147").map(|d| d.0)
+    };
+    let mut adopted = None;
+    for _ in 0..50 {
+        adopted = find(m.list_devices().await.expect("ListDevices"));
+        if adopted.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let adopted = adopted.expect("adopted");
+    assert_eq!(
+        device_proxy(&s.conn, &adopted)
+            .await
+            .address()
+            .await
+            .expect("Address"),
+        vf
+    );
+    drop(m);
+    s.restart().await;
+    let m = s.manager().await;
+    assert_eq!(
+        find(m.list_devices().await.expect("ListDevices")),
+        Some(adopted.clone()),
+        "the same uuid after a restart"
+    );
+    m.remove_device(&adopted, opts(&[])).await.expect("remove");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "0");
+}
+
+#[tokio::test]
+async fn a40_mdevs_live_on_its_vfs_and_the_gpu_lists_them_as_one() {
+    let s = Setup::new(&["nvidia-a40"]).await;
+    let m = s.manager().await;
+    let gpus = gpus_of_model(&s, "A40").await;
+    assert_eq!(gpus.len(), 1);
+    let pf = gpus[0].clone();
+    assert_eq!(busctl_set_vfs(&s, &pf, 32), Ok(32));
+    assert_eq!(gpus_of_model(&s, "A40").await.len(), 1, "VFs are not GPUs");
+    assert_eq!(
+        available(&s, &pf, "A40-2Q").await,
+        24,
+        "capped at the type's maximum"
+    );
+    let uuid = busctl_create(&s, "A40-2Q", &[("parent", &pf)]).expect("create");
+    let dev = device_proxy(&s.conn, &uuid).await;
+    assert_eq!(dev.kind().await.expect("Kind"), "mdev");
+    let parent = dev.parent().await.expect("Parent");
+    assert_ne!(parent, pf, "the mdev parent is a VF");
+    assert_eq!(
+        dev.parent_gpu().await.expect("ParentGpu"),
+        vgpud::dbus::paths::gpu_path(&pf)
+    );
+    let on_gpu = gpu_proxy(&s.conn, &pf)
+        .await
+        .devices()
+        .await
+        .expect("Devices");
+    assert_eq!(on_gpu, vec![vgpud::dbus::paths::device_path(&uuid)]);
+    assert_eq!(available(&s, &pf, "A40-2Q").await, 23);
+    assert_eq!(available(&s, &pf, "A40-4Q").await, 0);
+    assert!(s
+        .host
+        .path(&format!("etc/mdevctl.d/{parent}/{uuid}"))
+        .exists());
+    let xml = m.get_hostdev_xml(&uuid).await.expect("xml");
+    assert!(xml.contains(r#"type="mdev""#), "{xml}");
+    let err = m.set_vf_count(&pf, 0, opts(&[])).await.expect_err("busy");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    assert_eq!(busctl_set_vfs(&s, &pf, 0), Ok(0));
+}
+
+#[tokio::test]
+async fn amd_vfs_are_given_whole_and_their_count_is_the_drivers() {
+    let s = Setup::new(&["amd-mxgpu"]).await;
+    let m = s.manager().await;
+    let pf = s.gpus_with_driver("gim").await[0].clone();
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.num_vfs().await.expect("NumVfs"), 8);
+    assert!(gpu
+        .sharing_modes()
+        .await
+        .expect("modes")
+        .contains(&"sriov-vf".to_string()));
+    let err = m
+        .set_vf_count(&pf, 4, opts(&[]))
+        .await
+        .expect_err("GIM has no sriov_configure");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NotSupported");
+    assert!(error_message(&err).contains("vf_num"), "{err}");
+
+    let vf = gpu.vfs().await.expect("Vfs")[2].clone();
+    let uuid = busctl_create(&s, "passthrough", &[("parent", &vf)]).expect("create");
+    let dev = device_proxy(&s.conn, &uuid).await;
+    assert_eq!(dev.kind().await.expect("Kind"), "passthrough");
+    assert_eq!(dev.address().await.expect("Address"), vf);
+    assert_eq!(dev.parent().await.expect("Parent"), pf);
+    let driver = std::fs::read_link(s.host.path(&format!("sys/bus/pci/devices/{vf}/driver")))
+        .expect("bound");
+    assert!(driver.ends_with("vfio-pci"), "{driver:?}");
+    let group = dev.iommu_group().await.expect("IommuGroup");
+    assert!(s.host.path(&format!("dev/vfio/{group}")).exists());
+    let xml = m.get_hostdev_xml(&uuid).await.expect("xml");
+    assert!(xml.contains(r#"managed="no""#), "{xml}");
+    assert_eq!(xml.matches("<hostdev").count(), 1, "{xml}");
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    assert!(
+        !s.host
+            .path(&format!("sys/bus/pci/devices/{vf}/driver"))
+            .exists(),
+        "back to no driver, as it was"
+    );
+}
