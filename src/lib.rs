@@ -5,6 +5,7 @@
 //! - [`host`]: every access to the host, rooted at one path;
 //! - [`simulate`]: the kernel's side effects on a simulated host, and the simulated trees;
 //! - [`catalog`]: what vgpud knows about hardware that sysfs does not say;
+//! - [`config`]: the configuration file, `etc/vgpud/vgpud.toml`;
 //! - [`model`]: GPUs, types and devices;
 //! - [`discovery`]: reads the host into the model;
 //! - [`persist`]: mdevctl definitions, vgpud's own records and the intent journal on disk;
@@ -17,6 +18,7 @@
 //! - [`hook`]: `vgpud libvirt-hook`, the client side run by libvirt's qemu hook.
 
 pub mod catalog;
+pub mod config;
 pub mod daemon;
 pub mod dbus;
 pub mod discovery;

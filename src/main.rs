@@ -33,16 +33,13 @@ struct Cli {
     #[arg(long, value_name = "S", default_value_t = 30)]
     restore_timeout_s: u64,
     /// The libvirt connection URI for attach and detach; vgpud serves without libvirt and
-    /// connects when first needed.
-    #[arg(long, value_name = "URI", default_value = "qemu:///system")]
-    libvirt_uri: String,
-    /// NVIDIA's sriov-manage, which enables the VFs of NVIDIA GPUs (taken below --root).
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "/usr/lib/nvidia/sriov-manage"
-    )]
-    sriov_manage: std::path::PathBuf,
+    /// connects when first needed [default: from etc/vgpud/vgpud.toml, else qemu:///system]
+    #[arg(long, value_name = "URI")]
+    libvirt_uri: Option<String>,
+    /// NVIDIA's sriov-manage, which enables the VFs of NVIDIA GPUs (taken below --root)
+    /// [default: from etc/vgpud/vgpud.toml, else /usr/lib/nvidia/sriov-manage]
+    #[arg(long, value_name = "PATH")]
+    sriov_manage: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -99,14 +96,31 @@ fn main() -> ExitCode {
                 (None, true) => Bus::Session,
                 (None, false) => Bus::System,
             };
+            let file = match vgpud::config::FileConfig::load(&cli.root) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("vgpud: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let config = Config {
                 root: cli.root,
                 simulate: cli.simulate,
                 bus,
                 poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
-                libvirt_uri: cli.libvirt_uri,
-                sriov_manage: cli.sriov_manage,
+                libvirt_uri: cli
+                    .libvirt_uri
+                    .or(file.libvirt.uri)
+                    .unwrap_or_else(|| "qemu:///system".to_string()),
+                sriov_manage: cli
+                    .sriov_manage
+                    .or(file.sriov.sriov_manage)
+                    .unwrap_or_else(|| format!("/{}", vgpud::engine::DEFAULT_SRIOV_MANAGE).into()),
+                placement: vgpud::engine::Placement {
+                    policy: file.placement.policy.unwrap_or_default(),
+                    numa_node: file.placement.numa_node,
+                },
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -39,6 +39,8 @@ pub struct Config {
     pub libvirt_uri: String,
     /// NVIDIA's `sriov-manage` (taken below `root`).
     pub sriov_manage: PathBuf,
+    /// Placement defaults.
+    pub placement: crate::engine::Placement,
 }
 
 /// Why the daemon could not start or stopped.
@@ -105,8 +107,9 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         let host = host.clone();
         let root = config.root.clone();
         let sriov_manage = config.sriov_manage.clone();
+        let placement = config.placement;
         tokio::task::spawn_blocking(move || {
-            Engine::new(host).map(|e| e.with_sriov_manage(sriov_manage))
+            Engine::new(host).map(|e| e.with_sriov_manage(sriov_manage).with_placement(placement))
         })
         .await
         .map_err(|e| DaemonError::Scan {

@@ -9,7 +9,7 @@ use zbus::{interface, Connection, ObjectPath, ObjectServer, OwnedObjectPath};
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
 use super::{export_device, gpu_sriov_changed, paths, unexport_device};
-use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest};
+use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest, Policy};
 use crate::libvirt::{AttachOptions, Change, LibvirtOps};
 use crate::xml;
 
@@ -67,7 +67,10 @@ const CREATE_OPTIONS: &[&str] = &[
     "persistent",
     "autostart",
     "force",
+    "policy",
+    "numa_node",
 ];
+const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
 const VF_COUNT_OPTIONS: &[&str] = &["persistent"];
 const ATTACH_OPTIONS: &[&str] = &["live", "config"];
@@ -82,6 +85,26 @@ const RENDER_OPTIONS: &[&str] = &[
     "graphics",
     "display",
 ];
+
+/// The "policy" option: "pack" or "spread".
+fn policy_option(opts: &mut OptionReader) -> Result<Option<Policy>> {
+    match opts.string("policy")? {
+        Some(p) => Ok(Some(Policy::parse(&p)?)),
+        None => Ok(None),
+    }
+}
+
+/// The "numa_node" option (u).
+fn numa_option(opts: &mut OptionReader, method: &str) -> Result<Option<u32>> {
+    match opts.unsigned("numa_node")? {
+        Some(n) => u32::try_from(n).map(Some).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "option \"numa_node\" of {method} is {n}, too large"
+            ))
+        }),
+        None => Ok(None),
+    }
+}
 
 fn attach_options(method: &'static str, options: Options) -> Result<AttachOptions> {
     let mut opts = OptionReader::new(method, options);
@@ -176,6 +199,8 @@ impl Manager {
             persistent,
             autostart: opts.boolean("autostart")?.unwrap_or(persistent),
             force: opts.boolean("force")?.unwrap_or(false),
+            policy: policy_option(&mut opts)?,
+            numa_node: numa_option(&mut opts, "CreateDevice")?,
         };
         opts.finish(CREATE_OPTIONS)?;
         let engine = self.engine.clone();
@@ -183,6 +208,26 @@ impl Manager {
         let path = export_device(server, &self.engine, &info).await?;
         Manager::device_created(&emitter, &info.uuid, path.as_ref()).await?;
         Ok((info.uuid, path))
+    }
+
+    /// How many more devices of a type the host can take now under the vendors' rules, so a
+    /// broker can plan a storm before it starts. Options: "parent" (s) counts one GPU,
+    /// "numa_node" (u) the GPUs on one NUMA node.
+    #[zbus(out_args("count"))]
+    async fn get_capacity(&self, r#type: String, options: Options) -> Result<u32> {
+        let mut opts = OptionReader::new("GetCapacity", options);
+        let req = CreateRequest {
+            type_query: r#type,
+            parent: opts.string("parent")?,
+            numa_node: numa_option(&mut opts, "GetCapacity")?,
+            persistent: false,
+            autostart: false,
+            ..CreateRequest::default()
+        };
+        opts.finish(CAPACITY_OPTIONS)?;
+        req.validate().map_err(Error::from)?;
+        let engine = self.engine.clone();
+        Ok(blocking(move || engine.capacity(&req)).await?)
     }
 
     /// Removes a device by UUID: stops it if active and deletes its definition and record.

@@ -33,7 +33,7 @@ use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
 pub use reconcile::{plan_restore, RestoreReport, RestoreStep, Stage};
-pub use request::{parse_uuid, CreateRequest, HostdevOptions, ModifyRequest};
+pub use request::{parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy};
 
 /// A device as vgpud reports it: active on the host, defined persistently, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +136,8 @@ pub struct Engine {
     last_poll: Mutex<Option<std::time::Instant>>,
     /// NVIDIA's `sriov-manage`, relative to the host's root.
     sriov_manage: PathBuf,
+    /// Placement defaults.
+    placement: Placement,
 }
 
 /// Where NVIDIA installs `sriov-manage`, relative to the root.
@@ -159,6 +161,7 @@ impl Engine {
             refreshing: Mutex::new(()),
             last_poll: Mutex::new(None),
             sriov_manage: PathBuf::from(DEFAULT_SRIOV_MANAGE),
+            placement: Placement::default(),
         };
         engine.rescan_gpus()?;
         engine.replay_intents()?;
@@ -172,6 +175,17 @@ impl Engine {
         let path: PathBuf = path.into();
         self.sriov_manage = path.strip_prefix("/").map(PathBuf::from).unwrap_or(path);
         self
+    }
+
+    /// Uses these placement defaults for requests that name no policy or NUMA node.
+    pub fn with_placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// The placement defaults.
+    pub fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// The host this engine manages.
@@ -470,14 +484,63 @@ impl Engine {
                 )));
             }
         }
-        let reg = lock(&self.registry);
-        let running = |parent: &str, ty: &str| {
-            reg.devices
-                .values()
-                .any(|d| d.active && d.parent == parent && d.type_id == ty)
+        let policy = req.policy.unwrap_or(self.placement.policy);
+        let numa = req.numa_node.or(self.placement.numa_node);
+        let (pf_of, numa_of): (BTreeMap<String, String>, BTreeMap<String, Option<u32>>) = {
+            let gpus = self.gpus();
+            (
+                gpus.values()
+                    .filter_map(|e| Some((e.gpu.address.clone(), e.gpu.physical_function.clone()?)))
+                    .collect(),
+                gpus.values()
+                    .map(|e| (e.gpu.address.clone(), e.gpu.numa_node))
+                    .collect(),
+            )
         };
-        matches.sort_by_key(|(parent, ty)| (!running(parent, &ty.id), parent.clone()));
+        // Per GPU: active devices, and active devices of each type.
+        let mut load: BTreeMap<String, (usize, BTreeMap<String, usize>)> = BTreeMap::new();
+        for d in lock(&self.registry).devices.values().filter(|d| d.active) {
+            let gpu = pf_of.get(&d.parent).unwrap_or(&d.parent);
+            let entry = load.entry(gpu.clone()).or_default();
+            entry.0 += 1;
+            *entry.1.entry(d.type_id.clone()).or_default() += 1;
+        }
+        matches.sort_by_key(|(parent, ty)| {
+            let (active, by_type) = load.get(parent).cloned().unwrap_or_default();
+            let runs_type = by_type.get(&ty.id).copied().unwrap_or(0);
+            let off_node = numa.is_some() && numa_of.get(parent).copied().flatten() != numa;
+            placement_key(policy, off_node, active, runs_type, parent)
+        });
         Ok(matches)
+    }
+
+    /// How many more devices of a type the host can take now under the vendors' rules: the
+    /// sum over the GPUs offering it (only `req.parent`, and only GPUs on `req.numa_node`
+    /// when given) of what each can take.
+    pub fn capacity(&self, req: &CreateRequest) -> EngineResult<u32> {
+        let req = CreateRequest {
+            numa_node: None,
+            ..req.clone()
+        };
+        let candidates = match self.candidates(&req) {
+            Ok(c) => c,
+            Err(EngineError::NotFound(_)) if req.parent.is_none() => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let mut total: u32 = 0;
+        for (gpu, ty) in candidates {
+            let on_node = self.with_gpu(&gpu, |g| g.numa_node).flatten();
+            if req.numa_node.is_some() && on_node != req.numa_node {
+                continue;
+            }
+            let now = self
+                .live_types(&gpu)?
+                .into_iter()
+                .find(|t| t.id == ty.id)
+                .map_or(0, |t| t.available_instances);
+            total = total.saturating_add(now);
+        }
+        Ok(total)
     }
 
     /// Explains why a GPU has no room for a type.
@@ -585,6 +648,40 @@ impl Engine {
             },
         })
     }
+}
+
+/// The sort key of a candidate GPU (smaller goes first). Off the preferred NUMA node goes
+/// last under either policy. `pack` takes GPUs running the type first, fullest first, then
+/// GPUs with other devices, then empty ones; `spread` takes the least loaded first.
+pub fn placement_key(
+    policy: Policy,
+    off_node: bool,
+    active: usize,
+    runs_type: usize,
+    address: &str,
+) -> (bool, u8, usize, String) {
+    match policy {
+        Policy::Pack => {
+            let tier = if runs_type > 0 {
+                0
+            } else if active > 0 {
+                1
+            } else {
+                2
+            };
+            (off_node, tier, usize::MAX - active, address.to_string())
+        }
+        Policy::Spread => (off_node, 0, active, address.to_string()),
+    }
+}
+
+/// The placement defaults of the engine (from the configuration file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The policy when a request names none.
+    pub policy: Policy,
+    /// The NUMA node preferred when a request names none.
+    pub numa_node: Option<u32>,
 }
 
 /// A UUID held in flight; dropping it without [`InFlight::finish`] releases it unchanged.

@@ -9,6 +9,40 @@ pub const MAX_NAME_LEN: usize = 256;
 /// The longest vendor parameter string accepted (`nvidia/vgpu_params`).
 pub const MAX_PARAMS_LEN: usize = 1024;
 
+/// Where a new device goes among the GPUs that can take it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Fill GPUs that already run the type, then GPUs that hold other devices, and keep
+    /// empty GPUs for last (whole GPUs stay free for other framebuffer sizes).
+    #[default]
+    Pack,
+    /// The least-loaded GPU first (empty GPUs first), for performance.
+    Spread,
+}
+
+impl Policy {
+    /// The name used on the bus and in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Pack => "pack",
+            Policy::Spread => "spread",
+        }
+    }
+
+    /// Parses `pack` or `spread`.
+    pub fn parse(s: &str) -> EngineResult<Policy> {
+        match s {
+            "pack" => Ok(Policy::Pack),
+            "spread" => Ok(Policy::Spread),
+            other => Err(EngineError::InvalidArgument(format!(
+                "placement policy {:?} is not one of \"pack\", \"spread\"",
+                shorten(other)
+            ))),
+        }
+    }
+}
+
 /// A request to create a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
@@ -29,6 +63,10 @@ pub struct CreateRequest {
     pub autostart: bool,
     /// Passthrough: also move the other devices of the GPU's IOMMU group to vfio-pci.
     pub force: bool,
+    /// Placement policy; the engine's default when `None`.
+    pub policy: Option<Policy>,
+    /// Prefer GPUs on this NUMA node; the engine's default when `None`.
+    pub numa_node: Option<u32>,
 }
 
 impl Default for CreateRequest {
@@ -43,6 +81,8 @@ impl Default for CreateRequest {
             persistent: true,
             autostart: true,
             force: false,
+            policy: None,
+            numa_node: None,
         }
     }
 }
