@@ -518,11 +518,7 @@ impl Engine {
     /// sum over the GPUs offering it (only `req.parent`, and only GPUs on `req.numa_node`
     /// when given) of what each can take.
     pub fn capacity(&self, req: &CreateRequest) -> EngineResult<u32> {
-        let req = CreateRequest {
-            numa_node: None,
-            ..req.clone()
-        };
-        let candidates = match self.candidates(&req) {
+        let candidates = match self.candidates(req) {
             Ok(c) => c,
             Err(EngineError::NotFound(_)) if req.parent.is_none() => return Ok(0),
             Err(e) => return Err(e),

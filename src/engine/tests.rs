@@ -522,3 +522,65 @@ fn a_snapshot_older_than_an_operation_does_not_undo_it() {
         "the removed device is not brought back"
     );
 }
+
+#[test]
+fn spread_takes_the_least_loaded_gpu_and_pack_the_fullest() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let spread = |e: &Engine| {
+        let mut r = req("RTX6000-1Q");
+        r.policy = Some(Policy::Spread);
+        e.create_device(&r).expect("spread").parent
+    };
+    let a = spread(&e);
+    let b = spread(&e);
+    assert_ne!(a, b, "spread goes to the empty GPU");
+    let c = spread(&e);
+    let on = |gpu: &str| e.devices_of(gpu).len();
+    assert_eq!(on(&c), 2);
+    let d = e.create_device(&req("RTX6000-1Q")).expect("pack").parent;
+    assert_eq!(d, c, "pack fills the fullest GPU running the type");
+}
+
+#[test]
+fn a_numa_preference_comes_before_the_policy_and_falls_back() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let node1 = e
+        .list_gpus()
+        .into_iter()
+        .find(|g| g.numa_node == Some(1))
+        .expect("a GPU on node 1")
+        .address;
+    let mut r = req("RTX6000-24Q");
+    r.numa_node = Some(1);
+    assert_eq!(e.create_device(&r).expect("on node 1").parent, node1);
+    let other = e.create_device(&r).expect("node 1 is full: the other node");
+    assert_ne!(other.parent, node1);
+}
+
+#[test]
+fn capacity_sums_what_each_gpu_can_take_now() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let gpus = nvidia_gpus(&e);
+    let cap = |q: &str, parent: Option<&str>, numa: Option<u32>| {
+        let mut r = req(q);
+        r.parent = parent.map(str::to_string);
+        r.numa_node = numa;
+        e.capacity(&r).expect("capacity")
+    };
+    assert_eq!(cap("RTX6000-4Q", None, None), 12);
+    assert_eq!(cap("RTX6000-4Q", None, Some(0)), 6);
+    let mut pinned = req("RTX6000-1Q");
+    pinned.parent = Some(gpus[0].clone());
+    e.create_device(&pinned).expect("1Q");
+    assert_eq!(cap("RTX6000-4Q", None, None), 6, "one GPU runs 1Q now");
+    assert_eq!(cap("RTX6000-1Q", Some(&gpus[0]), None), 23);
+    assert_eq!(cap("no-such-type", None, None), 0);
+    assert!(matches!(
+        e.capacity(&{
+            let mut r = req("RTX6000-1Q");
+            r.parent = Some("0000:99:00.0".into());
+            r
+        }),
+        Err(EngineError::NotFound(_))
+    ));
+}
