@@ -44,6 +44,11 @@ impl Engine {
     }
 
     /// Creates a device of the requested type on a GPU that can take it.
+    ///
+    /// Requests for one type are admitted first come, first served (a FIFO per type), so an
+    /// earlier request never loses to a later one; different types proceed in parallel. Each
+    /// GPU is tried under its own lock; the definition and record are written after the lock
+    /// is released, so the GPU serves the next request while the disk syncs.
     pub fn create_device(&self, req: &CreateRequest) -> EngineResult<DeviceInfo> {
         let req = &req.clone().normalized()?;
         req.validate()?;
@@ -56,6 +61,26 @@ impl Engine {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let claim = self.claim(&uuid, true)?;
+        let admission = self.admission(&candidates);
+        let turn = admission.wait_turn();
+        // A host with no room says so at once, without touching the disk.
+        let mut refusals = Vec::new();
+        let mut open: Vec<&(String, MdevType)> = Vec::new();
+        for candidate in &candidates {
+            match self.room_for(&candidate.0, &candidate.1)? {
+                None => open.push(candidate),
+                Some(reason) => refusals.push(Refusal {
+                    gpu: candidate.0.clone(),
+                    reason,
+                }),
+            }
+        }
+        if open.is_empty() {
+            return Err(EngineError::NoCapacity {
+                type_query: req.type_query.clone(),
+                refusals,
+            });
+        }
         self.open_intent(
             &uuid,
             Operation::Create {
@@ -67,15 +92,17 @@ impl Engine {
                 autostart: req.autostart,
             },
         )?;
-        let mut refusals = Vec::new();
-        for (parent, ty) in &candidates {
+        refusals.clear();
+        for (parent, ty) in open {
             let Some(gpu_lock) = self.gpu_lock(parent) else {
                 continue;
             };
-            let _held = lock(&gpu_lock);
+            let held = lock(&gpu_lock);
             if self.offers_sriov_vgpu(parent) {
                 match self.assign_vf(parent, ty, &Making::from_request(&uuid, req)) {
                     Ok(Outcome::Made(info)) => {
+                        drop(held);
+                        drop(turn);
                         self.close_intent(&uuid);
                         claim.finish(Some(info.clone()));
                         return Ok(info);
@@ -98,13 +125,18 @@ impl Engine {
                     return Err(e);
                 }
             };
+            drop(held);
             match attempt {
                 Attempt::Created(dev) => {
+                    drop(turn);
+                    let mdev_parent = dev.parent.clone();
                     let info = match self.persist_created(dev, req) {
                         Ok(info) => info,
                         Err(e) => {
+                            let gpu_lock = self.gpu_lock(parent);
+                            let _held = gpu_lock.as_ref().map(|l| lock(l));
                             self.undo_create(&uuid);
-                            self.forget_persisted(parent, &uuid);
+                            self.forget_persisted(&mdev_parent, &uuid);
                             self.close_intent(&uuid);
                             return Err(e);
                         }
@@ -123,6 +155,24 @@ impl Engine {
         Err(EngineError::NoCapacity {
             type_query: req.type_query.clone(),
             refusals,
+        })
+    }
+
+    /// `None` when a GPU has room for one more of a type now, else why not.
+    fn room_for(&self, gpu: &str, ty: &MdevType) -> EngineResult<Option<String>> {
+        if self.offers_sriov_vgpu(gpu) {
+            let Some(number) = crate::discovery::sriov::nvidia_type_number(&ty.id) else {
+                return Ok(Some(format!("{} is not an NVIDIA vGPU type", ty.id)));
+            };
+            let states = self.vf_states(gpu)?;
+            let free = states
+                .iter()
+                .any(|s| s.current == 0 && s.creatable.iter().any(|c| c.id == number));
+            return Ok((!free).then(|| self.why_vfs_full(gpu, ty, &states)));
+        }
+        Ok(match self.free_mdev_parent(gpu, &ty.id)? {
+            Some(_) => None,
+            None => Some(self.why_full(gpu, ty)),
         })
     }
 
@@ -195,22 +245,16 @@ impl Engine {
         persistent: bool,
         autostart: bool,
     ) -> EngineResult<DeviceInfo> {
-        if persistent {
-            mdevctl::write(
-                &self.host,
-                &mdevctl::Definition {
-                    parent: dev.parent.clone(),
-                    uuid: dev.uuid.clone(),
-                    mdev_type: dev.type_id.clone(),
-                    autostart,
-                    attrs: params
-                        .iter()
-                        .map(|p| (VGPU_PARAMS.to_string(), p.to_string()))
-                        .collect(),
-                },
-            )
-            .map_err(|e| EngineError::persist(format!("defining {}", dev.uuid), e))?;
-        }
+        let definition = persistent.then(|| mdevctl::Definition {
+            parent: dev.parent.clone(),
+            uuid: dev.uuid.clone(),
+            mdev_type: dev.type_id.clone(),
+            autostart,
+            attrs: params
+                .iter()
+                .map(|p| (VGPU_PARAMS.to_string(), p.to_string()))
+                .collect(),
+        });
         let info = DeviceInfo {
             type_name: self.type_name(&dev.parent, &dev.type_id),
             uuid: dev.uuid,
@@ -227,7 +271,18 @@ impl Engine {
             address: None,
             functions: Vec::new(),
         };
-        self.write_record(&info, params.map(str::to_string))?;
+        // The definition and the record are written as one batch: one wait for the disk.
+        let mut files: Vec<persist::FileWrite> = definition
+            .iter()
+            .map(|d| mdevctl::file(&self.host, d))
+            .collect();
+        files.push(state::file(
+            &self.host,
+            &record_of(&info, params.map(str::to_string)),
+        ));
+        persist::write_all_atomic(&files).map_err(|e| {
+            EngineError::persist(format!("defining and recording {}", info.uuid), e)
+        })?;
         Ok(info)
     }
 
@@ -403,8 +458,11 @@ impl Engine {
                 return Err(e);
             }
         }
-        let undefine = mdevctl::remove(&self.host, &info.parent, &uuid)
-            .and_then(|_| state::remove(&self.host, &uuid));
+        // Both files go with one wait for the disk.
+        let undefine = persist::remove_all_durable(&[
+            mdevctl::path(&self.host, &info.parent, &uuid),
+            state::path(&self.host, &uuid),
+        ]);
         if let Err(e) = undefine {
             // The intent stays open: the next start finishes the removal.
             return Err(EngineError::persist(format!("undefining {uuid}"), e));
@@ -701,24 +759,8 @@ impl Engine {
         info: &DeviceInfo,
         params: Option<String>,
     ) -> EngineResult<()> {
-        state::write(
-            &self.host,
-            &state::DeviceRecord {
-                version: state::VERSION,
-                uuid: info.uuid.clone(),
-                kind: info.kind.into(),
-                parent: info.parent.clone(),
-                type_id: info.type_id.clone(),
-                owner: info.owner.clone(),
-                created: info.created,
-                persistent: info.persistent,
-                autostart: info.autostart,
-                params,
-                address: info.address.clone(),
-                functions: info.functions.clone(),
-            },
-        )
-        .map_err(|e| EngineError::persist(format!("recording {}", info.uuid), e))
+        state::write(&self.host, &record_of(info, params))
+            .map_err(|e| EngineError::persist(format!("recording {}", info.uuid), e))
     }
 
     /// A device found on the host, described with what vgpud knows of it.
@@ -743,6 +785,24 @@ impl Engine {
             address: None,
             functions: Vec::new(),
         }
+    }
+}
+
+/// vgpud's record of a device as `info` describes it.
+fn record_of(info: &DeviceInfo, params: Option<String>) -> state::DeviceRecord {
+    state::DeviceRecord {
+        version: state::VERSION,
+        uuid: info.uuid.clone(),
+        kind: info.kind.into(),
+        parent: info.parent.clone(),
+        type_id: info.type_id.clone(),
+        owner: info.owner.clone(),
+        created: info.created,
+        persistent: info.persistent,
+        autostart: info.autostart,
+        params,
+        address: info.address.clone(),
+        functions: info.functions.clone(),
     }
 }
 

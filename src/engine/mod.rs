@@ -13,6 +13,7 @@
 //! before anything else. Persistent devices are mdevctl definitions; what mdevctl cannot hold
 //! is in vgpud's own records ([`crate::persist::state`]).
 
+mod admission;
 mod error;
 mod lifecycle;
 mod pci_devices;
@@ -138,6 +139,8 @@ pub struct Engine {
     sriov_manage: PathBuf,
     /// Placement defaults.
     placement: Placement,
+    /// First come, first served queues of creates, per type.
+    admissions: admission::Admissions,
 }
 
 /// Where NVIDIA installs `sriov-manage`, relative to the root.
@@ -162,6 +165,7 @@ impl Engine {
             last_poll: Mutex::new(None),
             sriov_manage: PathBuf::from(DEFAULT_SRIOV_MANAGE),
             placement: Placement::default(),
+            admissions: admission::Admissions::default(),
         };
         engine.rescan_gpus()?;
         engine.replay_intents()?;

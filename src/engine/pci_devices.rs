@@ -220,7 +220,7 @@ impl Engine {
         }
     }
 
-    fn why_vfs_full(&self, pf: &str, ty: &MdevType, states: &[VfVgpu]) -> String {
+    pub(super) fn why_vfs_full(&self, pf: &str, ty: &MdevType, states: &[VfVgpu]) -> String {
         let used: Vec<String> = states
             .iter()
             .filter(|s| s.current != 0)

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{remove_durable, write_atomic, PersistResult};
+use super::{write_atomic, PersistResult};
 use crate::host::Host;
 
 /// The format version of intents.
@@ -130,9 +130,10 @@ pub fn open(host: &Host, intent: &Intent) -> PersistResult<()> {
     write_atomic(&path(host, &intent.uuid), text.as_bytes(), 0o600)
 }
 
-/// Closes the intent of a UUID.
+/// Closes the intent of a UUID. The removal is not waited for: an intent that comes back
+/// after a power cut names work that is done, and its replay finds it so.
 pub fn close(host: &Host, uuid: &str) -> PersistResult<()> {
-    remove_durable(&path(host, uuid)).map(|_| ())
+    super::remove_lazy(&path(host, uuid)).map(|_| ())
 }
 
 /// Every open intent, oldest first.

@@ -159,6 +159,15 @@ pub fn write(host: &Host, def: &Definition) -> PersistResult<()> {
     )
 }
 
+/// The file [`write`] writes, for a batch ([`super::write_all_atomic`]).
+pub fn file(host: &Host, def: &Definition) -> super::FileWrite {
+    super::FileWrite {
+        path: path(host, &def.parent, &def.uuid),
+        content: def.to_json().into_bytes(),
+        mode: 0o644,
+    }
+}
+
 /// Removes a definition; returns whether it existed.
 pub fn remove(host: &Host, parent: &str, uuid: &str) -> PersistResult<bool> {
     remove_durable(&path(host, parent, uuid))

@@ -80,15 +80,26 @@ pub fn dir(host: &Host) -> PathBuf {
     host.state("devices")
 }
 
-fn path(host: &Host, uuid: &str) -> PathBuf {
+/// `ROOT/var/lib/vgpud/devices/<uuid>.json`.
+pub fn path(host: &Host, uuid: &str) -> PathBuf {
     dir(host).join(format!("{uuid}.json"))
 }
 
 /// Writes a record atomically and durably.
 pub fn write(host: &Host, record: &DeviceRecord) -> PersistResult<()> {
+    let f = file(host, record);
+    write_atomic(&f.path, &f.content, f.mode)
+}
+
+/// The file [`write`] writes, for a batch ([`super::write_all_atomic`]).
+pub fn file(host: &Host, record: &DeviceRecord) -> super::FileWrite {
     let mut text = serde_json::to_string_pretty(record).unwrap_or_default();
     text.push('\n');
-    write_atomic(&path(host, &record.uuid), text.as_bytes(), 0o600)
+    super::FileWrite {
+        path: path(host, &record.uuid),
+        content: text.into_bytes(),
+        mode: 0o600,
+    }
 }
 
 /// Removes a record; returns whether it existed.
