@@ -46,6 +46,8 @@ pub trait Manager {
         domain: &str,
         options: HashMap<&str, Variant<'_>>,
     ) -> zbus::Result<()>;
+    /// GetCapacity(s, a{sv}) → u
+    fn get_capacity(&self, r#type: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<u32>;
     /// SetVfCount(s, u, a{sv}) → u
     fn set_vf_count(
         &self,
