@@ -21,7 +21,7 @@ async fn discovery_lists_gpus_types_and_ignores_other_pci_devices() {
     let nvidia: Vec<_> = gpus.iter().filter(|g| g.2 == "nvidia").collect();
     assert_eq!(nvidia.len(), 2, "two NVIDIA GPUs: {gpus:?}");
     assert!(nvidia.iter().all(|g| g.1.contains("RTX 6000")), "{gpus:?}");
-    assert!(nvidia.iter().all(|g| g.3 == "mdev"), "{gpus:?}");
+    assert!(nvidia.iter().all(|g| g.3 == "mdev,passthrough"), "{gpus:?}");
     assert!(
         gpus.iter().any(|g| g.2 == "i915"),
         "Intel iGPU listed: {gpus:?}"
