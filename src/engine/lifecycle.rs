@@ -61,8 +61,6 @@ impl Engine {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let claim = self.claim(&uuid, true)?;
-        let admission = self.admission(&candidates);
-        let turn = admission.wait_turn();
         // A host with no room says so at once, without touching the disk.
         let mut refusals = Vec::new();
         let mut open: Vec<&(String, MdevType)> = Vec::new();
@@ -81,6 +79,8 @@ impl Engine {
                 refusals,
             });
         }
+        // The intent is made durable before the turn is taken, so the disk waits of
+        // concurrent creates overlap (and the file system commits them together).
         self.open_intent(
             &uuid,
             Operation::Create {
@@ -92,6 +92,8 @@ impl Engine {
                 autostart: req.autostart,
             },
         )?;
+        let admission = self.admission(&candidates);
+        let turn = admission.wait_turn();
         refusals.clear();
         for (parent, ty) in open {
             let Some(gpu_lock) = self.gpu_lock(parent) else {

@@ -1,0 +1,566 @@
+//! The login-storm benchmark (reports figures; asserts nothing about time). In one run:
+//! 1. storm: 1,000 concurrent CreateDevice (persistent) from 20 clients on a simulated host of
+//!    16 GPUs (room for 512 RTX8000-1Q, so 488 are refused), then concurrent RemoveDevice of
+//!    all that were made: throughput and p50/p99 latency;
+//! 2. the bus's own limit: `org.freedesktop.DBus.Peer.Ping` to vgpud with the same concurrency;
+//! 3. baseline: the real mdevctl 1.4, one process per device, on the same kind of tree;
+//! 4. packing: a seeded day of 10,000 VDI requests replayed with each policy and first-fit,
+//!    against an upper bound on what any placement could accept;
+//! 5. footprint: start to READY, idle RSS, and scan time as the host grows 1×, 4×, 16×.
+//!
+//! Run: `cargo bench --bench storm`. `VGPUD_BENCH_ROUNDS` (default 3) sets how many storms
+//! the medians are taken over. The simulated sysfs lives on tmpfs (`/dev/shm`), as the real
+//! one lives in memory; vgpud's durable files (`etc`, `var`) go to disk
+//! (`VGPUD_BENCH_DISK`, default the system's temporary directory), so the storm pays for real
+//! fsyncs.
+
+mod trace;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use vgpud::dbus::client::ManagerProxy;
+use vgpud::engine::{CreateRequest, Engine, EngineError, Policy};
+use vgpud::host::Host;
+
+const STORM: usize = 1000;
+const CLIENTS: usize = 20;
+const TYPE: &str = "RTX8000-1Q";
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// A simulated host: `sys`, `dev`, `run` on tmpfs; `etc`, `var` on disk.
+struct BenchHost {
+    _mem: tempfile::TempDir,
+    _disk: tempfile::TempDir,
+    root: PathBuf,
+}
+
+fn bench_host(profile: &str) -> BenchHost {
+    let mem_base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let disk_base = std::env::var("VGPUD_BENCH_DISK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| std::env::temp_dir());
+    let mem = tempfile::tempdir_in(mem_base).expect("tmpfs dir");
+    let disk = tempfile::tempdir_in(disk_base).expect("disk dir");
+    let root = mem.path().join("host");
+    std::fs::create_dir_all(&root).expect("root");
+    for d in ["etc", "var"] {
+        std::fs::create_dir_all(disk.path().join(d)).expect("disk dir");
+        std::os::unix::fs::symlink(disk.path().join(d), root.join(d)).expect("link");
+    }
+    vgpud::simulate::write_profile(profile, &root).expect("profile");
+    BenchHost {
+        _mem: mem,
+        _disk: disk,
+        root,
+    }
+}
+
+struct Bus(Child, String);
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_bus(dir: &Path) -> Bus {
+    let socket = dir.join("bus");
+    let mut child = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1"])
+        .arg(format!("--address=unix:path={}", socket.display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("dbus-daemon (apt-get install dbus-daemon)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address");
+    Bus(child, line.trim().to_string())
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts vgpud and waits for READY=1 on a notify socket of our own: (daemon, ms to READY).
+fn start_daemon(root: &Path, bus: &Bus, dir: &Path) -> (Daemon, f64) {
+    let notify = dir.join(format!("notify-{}", uuid::Uuid::new_v4()));
+    let sock = UnixDatagram::bind(&notify).expect("notify socket");
+    sock.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let started = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+        .arg("--root")
+        .arg(root)
+        .arg("--simulate")
+        .arg("--bus-address")
+        .arg(&bus.1)
+        .env("VGPUD_LOG", "warn")
+        .env("NOTIFY_SOCKET", &notify)
+        .spawn()
+        .expect("vgpud");
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = sock.recv(&mut buf).expect("READY from vgpud");
+        if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
+            break;
+        }
+    }
+    (Daemon(child), ms(started.elapsed()))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+struct Storm {
+    wall_ms: f64,
+    latencies: Vec<f64>,
+    made: Vec<String>,
+    refused: usize,
+}
+
+async fn create_storm(conns: &[zbus::Connection]) -> Storm {
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(STORM);
+    for i in 0..STORM {
+        let conn = conns[i % conns.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let m = ManagerProxy::new(&conn).await.expect("proxy");
+            let t = Instant::now();
+            let r = m.create_device(TYPE, HashMap::new()).await;
+            (ms(t.elapsed()), r.map(|(u, _)| u))
+        }));
+    }
+    let mut storm = Storm {
+        wall_ms: 0.0,
+        latencies: Vec::new(),
+        made: Vec::new(),
+        refused: 0,
+    };
+    for t in tasks {
+        let (lat, r) = t.await.expect("task");
+        storm.latencies.push(lat);
+        match r {
+            Ok(uuid) => storm.made.push(uuid),
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == "org.vgpud1.Error.NoCapacity" =>
+            {
+                storm.refused += 1
+            }
+            Err(e) => panic!("unexpected error in the storm: {e}"),
+        }
+    }
+    storm.wall_ms = ms(started.elapsed());
+    storm
+}
+
+async fn remove_storm(conns: &[zbus::Connection], uuids: Vec<String>) -> Storm {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, uuid) in uuids.into_iter().enumerate() {
+        let conn = conns[i % conns.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let m = ManagerProxy::new(&conn).await.expect("proxy");
+            let t = Instant::now();
+            m.remove_device(&uuid, HashMap::new())
+                .await
+                .expect("RemoveDevice");
+            ms(t.elapsed())
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.push(t.await.expect("task"));
+    }
+    Storm {
+        wall_ms: ms(started.elapsed()),
+        latencies,
+        made: Vec::new(),
+        refused: 0,
+    }
+}
+
+async fn ping_storm(conns: &[zbus::Connection]) -> Storm {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..STORM {
+        let conn = conns[i % conns.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let peer = zbus::fdo::PeerProxy::builder(&conn)
+                .destination("org.vgpud1")
+                .path("/org/vgpud1")
+                .build()
+                .await
+                .expect("peer");
+            let t = Instant::now();
+            peer.ping().await.expect("Ping");
+            ms(t.elapsed())
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.push(t.await.expect("task"));
+    }
+    Storm {
+        wall_ms: ms(started.elapsed()),
+        latencies,
+        made: Vec::new(),
+        refused: 0,
+    }
+}
+
+fn per_s(calls: usize, wall_ms: f64) -> f64 {
+    calls as f64 / (wall_ms / 1000.0)
+}
+
+/// Sections 1, 2 and the READY/RSS part of 5.
+fn bus_sections(rounds: usize) -> (f64, f64, f64) {
+    println!("== 1, 2: storm of {STORM} concurrent calls from {CLIENTS} clients, 16 GPUs (median of {rounds} storms)");
+    let host = bench_host("large");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = start_bus(dir.path());
+    let (daemon, ready_ms) = start_daemon(&host.root, &bus, dir.path());
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_rss = rss_kib(daemon.0.id());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (mut create_tp, mut remove_tp, mut ping_tp) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut c50, mut c99, mut r50, mut r99, mut p50, mut p99) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    let mut made_counts = Vec::new();
+    let mut per_device = Vec::new();
+    let mut bound_ratio = Vec::new();
+    rt.block_on(async {
+        let mut conns = Vec::new();
+        for _ in 0..CLIENTS {
+            conns.push(
+                zbus::connection::Builder::address(bus.1.as_str())
+                    .build()
+                    .await
+                    .expect("connect"),
+            );
+        }
+        for _ in 0..rounds {
+            let mut ping = ping_storm(&conns).await;
+            ping_tp.push(per_s(STORM, ping.wall_ms));
+            p50.push(median(&mut ping.latencies));
+            p99.push(percentile(&mut ping.latencies, 0.99));
+
+            let mut create = create_storm(&conns).await;
+            let tp = per_s(STORM, create.wall_ms);
+            create_tp.push(tp);
+            c50.push(median(&mut create.latencies));
+            let p = percentile(&mut create.latencies, 0.99);
+            c99.push(p);
+            bound_ratio.push(p / (1.5 * STORM as f64 / tp * 1000.0));
+            made_counts.push((create.made.len(), create.refused));
+            per_device.push(create.wall_ms / create.made.len().max(1) as f64);
+            let made = std::mem::take(&mut create.made);
+            let n = made.len();
+            let mut remove = remove_storm(&conns, made).await;
+            remove_tp.push(per_s(n, remove.wall_ms));
+            r50.push(median(&mut remove.latencies));
+            r99.push(percentile(&mut remove.latencies, 0.99));
+        }
+    });
+    let (made, refused) = made_counts[0];
+    let ping = median(&mut ping_tp);
+    let create = median(&mut create_tp);
+    let remove = median(&mut remove_tp);
+    println!(
+        "Peer.Ping       {ping:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms",
+        median(&mut p50),
+        median(&mut p99)
+    );
+    println!(
+        "CreateDevice    {create:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms  ({made} made, {refused} refused: NoCapacity)  = {:.2} × Ping throughput",
+        median(&mut c50),
+        median(&mut c99),
+        create / ping
+    );
+    println!(
+        "RemoveDevice    {remove:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms  ({made} removed)  = {:.2} × Ping throughput",
+        median(&mut r50),
+        median(&mut r99),
+        remove / ping
+    );
+    println!(
+        "starvation check: create p99 / (1.5 × requests ÷ throughput) = {:.2} (target ≤ 1)",
+        median(&mut bound_ratio)
+    );
+    drop(daemon);
+    (ready_ms, idle_rss as f64 / 1024.0, median(&mut per_device))
+}
+
+fn mdevctl_bin() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("VGPUD_MDEVCTL") {
+        return Some(PathBuf::from(p));
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/tools/bin/mdevctl");
+    if local.exists() {
+        return Some(local);
+    }
+    Command::new("mdevctl")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|_| PathBuf::from("mdevctl"))
+}
+
+/// Section 3: per device, `mdevctl define --auto` + `mdevctl start` to make it, `mdevctl
+/// undefine` (its stop has nothing to stop on a tree without a kernel) to remove it.
+fn mdevctl_section(vgpud_ms_per_device: f64) {
+    println!("\n== 3: the real mdevctl, one process per call, same kind of tree (100 devices)");
+    let Some(bin) = mdevctl_bin() else {
+        println!("mdevctl not found (tools/install-deps --mdevctl builds it): skipped");
+        return;
+    };
+    let host = bench_host("large");
+    let parent = "0000:1a:00.0";
+    let run = |args: &[&str]| {
+        let out = Command::new(&bin)
+            .env("MDEVCTL_ENV_ROOT", &host.root)
+            .args(args)
+            .output()
+            .expect("mdevctl");
+        assert!(
+            out.status.success(),
+            "mdevctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let n = 100;
+    let uuids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let t = Instant::now();
+    for u in &uuids {
+        run(&[
+            "define",
+            "-u",
+            u,
+            "-p",
+            parent,
+            "-t",
+            "nvidia-264",
+            "--auto",
+        ]);
+        run(&["start", "-u", u]);
+    }
+    let create = ms(t.elapsed()) / n as f64;
+    let t = Instant::now();
+    for u in &uuids {
+        run(&["undefine", "-u", u]);
+    }
+    let remove = ms(t.elapsed()) / n as f64;
+    println!("mdevctl: create {create:6.2} ms per device (define + start), remove {remove:6.2} ms (undefine)");
+    println!(
+        "vgpud in the storm: {vgpud_ms_per_device:6.3} ms per device made (storm time ÷ devices) = {:.1} × faster than mdevctl's create (target ≥ 30)",
+        create / vgpud_ms_per_device
+    );
+}
+
+/// Replays the trace through an engine on a fresh tree; `choose` orders nothing for the
+/// policies (the engine places), and for first-fit the GPUs are tried in address order.
+fn replay(requests: &[trace::Request], policy: Option<Policy>) -> (usize, f64) {
+    let host = bench_host("large");
+    let engine = Engine::new(Host::simulated(&host.root)).expect("engine");
+    let gpus: Vec<String> = engine.list_gpus().into_iter().map(|g| g.address).collect();
+    // Events: arrivals and departures in time order; a departure frees what was accepted.
+    let mut events: Vec<(f64, bool, usize)> = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        events.push((r.start, true, i));
+        events.push((r.end, false, i));
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut held: HashMap<usize, String> = HashMap::new();
+    let mut accepted = 0;
+    let started = Instant::now();
+    for (_, arrival, i) in events {
+        if !arrival {
+            if let Some(uuid) = held.remove(&i) {
+                engine.remove_device(&uuid).expect("remove");
+            }
+            continue;
+        }
+        let base = CreateRequest {
+            type_query: requests[i].profile.to_string(),
+            persistent: false,
+            autostart: false,
+            policy,
+            ..CreateRequest::default()
+        };
+        let made = match policy {
+            Some(_) => engine.create_device(&base).ok(),
+            None => gpus.iter().find_map(|g| {
+                let req = CreateRequest {
+                    parent: Some(g.clone()),
+                    ..base.clone()
+                };
+                match engine.create_device(&req) {
+                    Ok(d) => Some(d),
+                    Err(EngineError::NoCapacity { .. }) => None,
+                    Err(e) => panic!("first-fit: {e}"),
+                }
+            }),
+        };
+        if let Some(d) = made {
+            accepted += 1;
+            held.insert(i, d.uuid);
+        }
+    }
+    (accepted, started.elapsed().as_secs_f64())
+}
+
+fn packing_section() {
+    println!("\n== 4: packing: a seeded day of 10,000 requests on 16 RTX 8000 (48 GiB each)");
+    let requests = trace::day(20261130, 10_000);
+    let peak = (0..96)
+        .map(|w| {
+            let t = w as f64 / 4.0 + 0.125;
+            requests
+                .iter()
+                .filter(|r| r.start <= t && t < r.end)
+                .map(|r| r.framebuffer_gib)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    println!(
+        "peak demand {peak} GiB of framebuffer against {} GiB",
+        16 * 48
+    );
+    let bound = trace::upper_bound(&requests, 16.0 * 48.0, 96);
+    println!("upper bound (fractional relaxation, dual): {bound:8.1} accepted");
+    let mut rows = Vec::new();
+    for (name, policy) in [
+        ("pack", Some(Policy::Pack)),
+        ("spread", Some(Policy::Spread)),
+        ("first-fit", None),
+    ] {
+        let (accepted, secs) = replay(&requests, policy);
+        rows.push((name, accepted));
+        println!(
+            "{name:10} accepted {accepted:6} of {} ({:5.2} %)  = {:6.2} % of the bound   ({secs:.1} s)",
+            requests.len(),
+            100.0 * accepted as f64 / requests.len() as f64,
+            100.0 * accepted as f64 / bound
+        );
+    }
+}
+
+/// Hides all but the first `keep` GPUs of a `large` tree (their bus and class links), so
+/// discovery sees a host of that size.
+fn keep_gpus(root: &Path, keep: usize) {
+    let host = Host::new(root);
+    let gpus = vgpud::discovery::scan_gpus(&host).expect("scan");
+    for (gpu, _) in gpus.iter().skip(keep) {
+        let _ = std::fs::remove_file(root.join("sys/bus/pci/devices").join(&gpu.address));
+        let _ = std::fs::remove_file(root.join("sys/class/mdev_bus").join(&gpu.address));
+    }
+}
+
+fn footprint_section(ready_ms: f64, idle_rss_mib: f64) {
+    println!("\n== 5: footprint");
+    let mut readies = vec![ready_ms];
+    let host = bench_host("large");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = start_bus(dir.path());
+    for _ in 0..4 {
+        let (d, r) = start_daemon(&host.root, &bus, dir.path());
+        readies.push(r);
+        drop(d);
+    }
+    println!(
+        "start to READY (16 GPUs, empty): median {:6.2} ms of {} starts (target < 50)",
+        median(&mut readies),
+        readies.len()
+    );
+    println!("idle RSS: {idle_rss_mib:6.2} MiB (target < 10)");
+    let mut per_gpu = Vec::new();
+    for keep in [1usize, 4, 16] {
+        let h = bench_host("large");
+        keep_gpus(&h.root, keep);
+        let host = Host::new(&h.root);
+        let mut t = Vec::new();
+        for _ in 0..50 {
+            let s = Instant::now();
+            let n = vgpud::discovery::scan_gpus(&host).expect("scan").len();
+            assert_eq!(n, keep);
+            t.push(ms(s.elapsed()));
+        }
+        let m = median(&mut t);
+        per_gpu.push(m / keep as f64);
+        println!(
+            "scan of {keep:2} GPUs ({:2}×): {m:7.3} ms  ({:6.3} ms per GPU)",
+            keep,
+            m / keep as f64
+        );
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::var("VGPUD_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    // VGPUD_BENCH_ONLY=storm|packing runs one part (while working on it).
+    let only = std::env::var("VGPUD_BENCH_ONLY").unwrap_or_default();
+    if only.is_empty() || only == "storm" {
+        let (ready_ms, idle_rss, vgpud_ms_per_call) = bus_sections(rounds);
+        if only.is_empty() {
+            mdevctl_section(vgpud_ms_per_call);
+            packing_section();
+            footprint_section(ready_ms, idle_rss);
+        }
+    } else if only == "packing" {
+        packing_section();
+    }
+}
