@@ -175,6 +175,26 @@ fn link_name(p: &Path) -> Option<String> {
         .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
+/// Sorted entry names of a directory, links marked `@`, directories `/`.
+fn listing(p: &Path) -> String {
+    let mut v: Vec<String> = std::fs::read_dir(p)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    match e.file_type() {
+                        Ok(t) if t.is_symlink() => format!("{n}@"),
+                        Ok(t) if t.is_dir() => format!("{n}/"),
+                        _ => n,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.join(" ")
+}
+
 fn read_trim(p: &Path) -> String {
     std::fs::read_to_string(p)
         .map(|s| s.trim().to_string())
@@ -608,6 +628,15 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
             .and_then(|p| p.parent().map(|p| p.ends_with("mtty/mtty")))
             .unwrap_or(false),
     );
+    info(format!("mdev device directory: {}", listing(&dev)));
+    info(format!(
+        "mtty parent directory: {}",
+        listing(&w.root("sys/class/mdev_bus/mtty/"))
+    ));
+    info(format!(
+        "type directory: {}",
+        listing(&w.root("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2"))
+    ));
     r.check(
         "mdev.create.sysfs",
         ty.as_deref() == Some("mtty-2") && node.as_ref().is_some_and(|n| n.exists()),
@@ -988,6 +1017,29 @@ async fn pci_section(w: &mut World, r: &mut Report) {
 
     // The emulated devices: std VGA 1234:1111 (two: one with the e1000e as its function 1,
     // one behind a PCIe-to-PCI bridge next to the edu device), e1000e 8086:10d3, edu 1234:11e8.
+    // The whole PCI tree, for the simulated profile shaped like this host.
+    let mut all: Vec<String> = std::fs::read_dir(w.root("sys/bus/pci/devices"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    all.sort();
+    for a in &all {
+        let d = w.root(&format!("sys/bus/pci/devices/{a}"));
+        info(format!(
+            "pci {a} {}:{} class {} group {:?} driver {:?} parent {:?}",
+            read_trim(&d.join("vendor")),
+            read_trim(&d.join("device")),
+            read_trim(&d.join("class")),
+            pci_group(w, a),
+            pci_driver(w, a),
+            std::fs::canonicalize(&d)
+                .ok()
+                .and_then(|p| p.parent().map(|p| p.display().to_string()))
+        ));
+    }
     let vgas = find_pci(w, "0x1234", "0x1111");
     let nics = find_pci(w, "0x8086", "0x10d3");
     let edus = find_pci(w, "0x1234", "0x11e8");
