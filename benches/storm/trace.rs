@@ -33,22 +33,24 @@ impl Rng {
 pub struct Request {
     pub profile: &'static str,
     pub framebuffer_gib: u64,
+    /// The type's maximum per GPU: one device takes at least 1/max of a GPU.
+    pub max_per_gpu: u32,
     pub start: f64,
     pub end: f64,
 }
 
-/// The profile mix of the trace (RTX 8000 names), with weights: mostly small Q desktops,
-/// some B (task workers), A (app streaming) and C (compute).
-pub const MIX: &[(&str, u64, u32)] = &[
-    ("RTX8000-1Q", 1, 30),
-    ("RTX8000-2Q", 2, 22),
-    ("RTX8000-4Q", 4, 12),
-    ("RTX8000-8Q", 8, 4),
-    ("RTX8000-1B", 1, 12),
-    ("RTX8000-2B", 2, 6),
-    ("RTX8000-2A", 2, 6),
-    ("RTX8000-4C", 4, 5),
-    ("RTX8000-8C", 8, 3),
+/// The profile mix of the trace (RTX 8000 names, framebuffer GiB, maximum per GPU), with
+/// weights: mostly small Q desktops, some B (task workers), A (app streaming) and C (compute).
+pub const MIX: &[(&str, u64, u32, u32)] = &[
+    ("RTX8000-1Q", 1, 32, 30),
+    ("RTX8000-2Q", 2, 24, 22),
+    ("RTX8000-4Q", 4, 12, 12),
+    ("RTX8000-8Q", 8, 6, 4),
+    ("RTX8000-1B", 1, 32, 12),
+    ("RTX8000-2B", 2, 24, 6),
+    ("RTX8000-2A", 2, 24, 6),
+    ("RTX8000-4C", 4, 12, 5),
+    ("RTX8000-8C", 8, 6, 3),
 ];
 
 /// Arrival rate over the day, relative: night, a morning login peak, lunch, an afternoon peak.
@@ -58,14 +60,14 @@ fn rate(hour: f64) -> f64 {
     0.15 + bump(9.0, 1.2, 3.0) + bump(14.0, 1.8, 2.0) + bump(12.5, 0.6, 0.8)
 }
 
-/// `count` requests over a day: arrivals follow the daily rate, sessions last 45 minutes on
-/// average (exponential), profiles follow [`MIX`].
-pub fn day(seed: u64, count: usize) -> Vec<Request> {
+/// `count` requests over a day: arrivals follow the daily rate, sessions last `mean_hours`
+/// on average (exponential), profiles follow [`MIX`].
+pub fn day(seed: u64, count: usize, mean_hours: f64) -> Vec<Request> {
     let mut rng = Rng::new(seed);
     let max_rate = (0..2400)
         .map(|i| rate(i as f64 / 100.0))
         .fold(0.0, f64::max);
-    let total_weight: u32 = MIX.iter().map(|m| m.2).sum();
+    let total_weight: u32 = MIX.iter().map(|m| m.3).sum();
     let mut out = Vec::with_capacity(count);
     while out.len() < count {
         // Thinning: uniform times kept with probability rate/max.
@@ -74,22 +76,23 @@ pub fn day(seed: u64, count: usize) -> Vec<Request> {
             continue;
         }
         let mut pick = (rng.next_u64() % u64::from(total_weight)) as u32;
-        let (profile, fb, _) = MIX
+        let (profile, fb, max, _) = MIX
             .iter()
             .find(|m| {
-                if pick < m.2 {
+                if pick < m.3 {
                     true
                 } else {
-                    pick -= m.2;
+                    pick -= m.3;
                     false
                 }
             })
             .copied()
             .unwrap_or(MIX[0]);
-        let end = (start + rng.exp(0.75)).min(24.0);
+        let end = (start + rng.exp(mean_hours)).min(24.0);
         out.push(Request {
             profile,
             framebuffer_gib: fb,
+            max_per_gpu: max,
             start,
             end,
         });
@@ -98,13 +101,17 @@ pub fn day(seed: u64, count: usize) -> Vec<Request> {
     out
 }
 
-/// An upper bound on the number of requests any placement on GPUs with `capacity_gib` of
-/// framebuffer in all could accept: the dual of the fractional relaxation (framebuffer as one
-/// divisible pool; no equal-size rule, no per-GPU split). For any prices `y_w ≥ 0` per time
-/// window, `C·Σ y_w·len_w + Σ_i max(0, 1 − f_i·Σ_w y_w·overlap_iw)` bounds every feasible
-/// acceptance (weak duality); projected subgradient descent lowers it.
-pub fn upper_bound(requests: &[Request], capacity_gib: f64, windows: usize) -> f64 {
+/// An upper bound on the number of requests any placement on `gpus` GPUs could accept. On a
+/// GPU every device of a type with maximum `m` per GPU takes at least `1/m` of it (the
+/// equal-size rule puts only one size on a GPU, and a size's maximum is the same for all its
+/// series), so at every instant the accepted devices' shares sum to at most `gpus`. The
+/// fractional relaxation of that is bounded through its dual: for any prices `y_w ≥ 0` per
+/// time window, `gpus·Σ y_w·len_w + Σ_i max(0, 1 − s_i·Σ_w y_w·overlap_iw)` is at least every
+/// feasible acceptance (weak duality); projected subgradient descent lowers it, and the
+/// lowest value seen is the bound.
+pub fn upper_bound(requests: &[Request], gpus: f64, windows: usize) -> f64 {
     let len = 24.0 / windows as f64;
+    let share = |r: &Request| 1.0 / f64::from(r.max_per_gpu);
     // overlap (hours) of each request with each window it touches
     let overlaps: Vec<Vec<(usize, f64)>> = requests
         .iter()
@@ -122,15 +129,14 @@ pub fn upper_bound(requests: &[Request], capacity_gib: f64, windows: usize) -> f
         .collect();
     let evaluate = |y: &[f64], grad: &mut Vec<f64>| -> f64 {
         grad.clear();
-        grad.resize(windows, capacity_gib * len);
-        let mut value: f64 = y.iter().map(|v| v * capacity_gib * len).sum();
+        grad.resize(windows, gpus * len);
+        let mut value: f64 = y.iter().map(|v| v * gpus * len).sum();
         for (r, ov) in requests.iter().zip(&overlaps) {
-            let cost: f64 =
-                ov.iter().map(|(w, o)| y[*w] * o).sum::<f64>() * r.framebuffer_gib as f64;
+            let cost: f64 = ov.iter().map(|(w, o)| y[*w] * o).sum::<f64>() * share(r);
             if cost < 1.0 {
                 value += 1.0 - cost;
                 for (w, o) in ov {
-                    grad[*w] -= r.framebuffer_gib as f64 * o;
+                    grad[*w] -= share(r) * o;
                 }
             }
         }
@@ -139,12 +145,12 @@ pub fn upper_bound(requests: &[Request], capacity_gib: f64, windows: usize) -> f
     let mut y = vec![0.0; windows];
     let mut grad = Vec::new();
     let mut best = evaluate(&y, &mut grad);
-    for k in 0..4000 {
+    for k in 0..3000 {
         let norm = grad.iter().map(|g| g * g).sum::<f64>().sqrt();
         if norm == 0.0 {
             break;
         }
-        let step = 0.02 / ((k + 1) as f64).sqrt() / norm;
+        let step = 100.0 / ((k + 1) as f64).sqrt() / norm;
         for (v, g) in y.iter_mut().zip(&grad) {
             *v = (*v - step * g).max(0.0);
         }
