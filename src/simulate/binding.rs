@@ -494,7 +494,10 @@ fn nvidia_probe(roots: &Roots, dev: &Path) -> io::Result<()> {
 /// vendor-VFIO files and the vfio device.
 fn nvidia_remove(roots: &Roots, dev: &Path) -> io::Result<()> {
     for child in fsx::list(dev)? {
-        if fsx::exists_nofollow(&dev.join(&child).join("mdev_type")) {
+        // An mdev, or what is left of one whose removal was cut short.
+        let uuid_dir = crate::model::normalize_uuid(&child).is_some_and(|u| u == child)
+            && dev.join(&child).is_dir();
+        if uuid_dir || fsx::exists_nofollow(&dev.join(&child).join("mdev_type")) {
             kernel::teardown(roots, &Entry::device(Op::Remove, &child, dev))?;
         }
     }
@@ -516,6 +519,21 @@ fn driver_name(driver_dir: &Path) -> io::Result<String> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| errno(Errno::EINVAL))
+}
+
+/// Removes the temporary files process `pid` left around `devs` and their GPUs.
+fn remove_temps_around(devs: &[PathBuf], pid: u32) -> io::Result<()> {
+    for dev in devs {
+        fsx::remove_temps(dev, pid)?;
+        fsx::remove_temps(&dev.join("nvidia"), pid)?;
+        for t in super::rules::types(dev)? {
+            fsx::remove_temps(&t.dir, pid)?;
+        }
+        if physfn(dev).is_some() || dev.join("sriov_totalvfs").is_file() {
+            vgpu::remove_pf_temps(dev, pid)?;
+        }
+    }
+    Ok(())
 }
 
 /// Refreshes what depends on the binding of `devs` (NVIDIA vGPU capacity of their PFs).
@@ -704,8 +722,8 @@ pub(crate) fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
     let driver = entry.driver.as_deref().unwrap_or_default();
     match entry.op {
         Op::Bind => {
+            remove_temps_around(&entry.devs, entry.pid)?;
             for dev in &entry.devs {
-                fsx::remove_temps(dev, entry.pid)?;
                 detach(roots, dev, driver)?;
             }
             if let Some(id) = &entry.id {
@@ -727,9 +745,7 @@ pub(crate) fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
             refresh_after(&entry.devs)
         }
         Op::Unbind => {
-            for dev in &entry.devs {
-                fsx::remove_temps(dev, entry.pid)?;
-            }
+            remove_temps_around(&entry.devs, entry.pid)?;
             unbind_entry(roots, entry, true)
         }
         Op::SriovEnable | Op::SriovDisable => sriov::finish(roots, entry),

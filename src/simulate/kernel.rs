@@ -322,7 +322,7 @@ fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
             fsx::remove_temps(&roots.dev, entry.pid)?;
             let vendor = Vendor::of(parent)?;
             rules::settle(parent, &vendor, &entry.avail, entry.op == Op::Remove)?;
-            refresh_siblings(parent)
+            settle_siblings(parent, entry.pid)
         }
         _ => binding::finish(roots, entry),
     }
@@ -335,6 +335,14 @@ fn refresh_siblings(parent: &Path) -> io::Result<()> {
         vgpu::refresh_pf(parent)?;
     }
     Ok(())
+}
+
+/// [`refresh_siblings`] after a write cut short: first the writer's temporary files go.
+fn settle_siblings(parent: &Path, pid: u32) -> io::Result<()> {
+    if binding::physfn(parent).is_some() {
+        vgpu::remove_pf_temps(parent, pid)?;
+    }
+    refresh_siblings(parent)
 }
 
 /// Finishes the operation the journal of the tree names, if any, and deletes the journal.

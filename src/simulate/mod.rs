@@ -25,9 +25,37 @@
 //!   `<type>/devices/<uuid>`, all links relative; then `available_instances` of every type of
 //!   the parent is recomputed.
 //! - `<mdev>/remove`: parsed as `kstrtoul`, `0` is a no-op, other numbers undo all of the above.
+//! - `sys/bus/pci/drivers/<drv>/bind` ← BDF: unknown device `ENODEV`; a driver that does not
+//!   match it `ENODEV`; a bound device `EBUSY`; a failing probe its errno (vfio-pci without an
+//!   IOMMU group `EINVAL`; a VF whose PF has `sriov_drivers_autoprobe` 0 and no override
+//!   `ENODEV`); else bound with the driver's probe effects. `unbind` ← BDF: `ENODEV` unless
+//!   bound to that driver; the remove effects never fail. `new_id`/`remove_id` ← `vvvv dddd`:
+//!   a dynamic id (`EEXIST` if the driver matches it already; `ENODEV` to remove one that is
+//!   not there; `EINVAL` for fewer than two hex fields); `new_id` binds every unbound device it
+//!   now matches. `sys/bus/pci/drivers_probe` ← BDF: an unbound device gets the first driver
+//!   that takes it (none: still success); unknown `ENODEV`. `<dev>/driver_override`: up to the
+//!   first newline, empty clears it (`(null)`). Matching, probe order and effects (vfio devices,
+//!   `dev/vfio/<group>`, NVIDIA mdev parents and vendor-VFIO files): `binding.rs`.
+//! - `<pf>/sriov_numvfs` ← N (`kstrtou16`, base 0): above `sriov_totalvfs` `ERANGE`; the
+//!   current count a no-op; no driver or one without `sriov_configure` (`nvidia`, `gim`)
+//!   `ENOENT`; N → M both non-zero `EBUSY`; 0 while an NVIDIA VF holds a vGPU type `EBUSY`
+//!   (assumed); else VFs made (probed while `sriov_drivers_autoprobe` is 1) or destroyed
+//!   (unbound first). Layout: `sriov.rs`.
+//! - `<vf>/nvidia/current_vgpu_type` ← id (`kstrtol`, base 10): `EINVAL`, `EPERM` (0 with none
+//!   set, non-zero with one set), `EIO` (not in the VF's `creatable_vgpu_types`); every VF's
+//!   `creatable_vgpu_types` follows (`vgpu.rs`).
 //! - any other file: the value is stored as written, replacing the file by a rename (`ENOENT`
 //!   when the file does not exist, `EISDIR` for a directory, `EACCES` for a file without write
 //!   permission bits, as kernfs refuses writes to attributes with no store method).
+//!
+//! [`Simulator::run_tool`] carries out NVIDIA's `sriov-manage` as the sequence of such writes
+//! the real script makes, each one atomic (`tool.rs`).
+//!
+//! Every write with more than one side effect is journaled: a bind (also by `drivers_probe` or
+//! `new_id`), VF enablement and setting a vGPU type are undone by recovery; an unbind, VF
+//! disablement and releasing a vGPU type are completed. The only state outside `sys/` and
+//! `dev/` is the dynamic ids of `new_id` (`ROOT/run/vgpud-simulator/dynids/<drv>`), which the
+//! tree cannot say and which, like the kernel's, do not survive a reboot.
 
 mod binding;
 mod fsx;
@@ -223,6 +251,8 @@ fn classify(roots: &kernel::Roots, path: PathBuf) -> Target {
 
 #[cfg(test)]
 mod crash_tests;
+#[cfg(test)]
+mod pci_crash_tests;
 #[cfg(test)]
 mod pci_tests;
 #[cfg(test)]

@@ -256,7 +256,7 @@ fn disable(roots: &Roots, entry: &Entry) -> io::Result<()> {
 /// destroyed are destroyed to the end.
 pub(crate) fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
     if let Some(pf) = entry.devs.first() {
-        fsx::remove_temps(pf, entry.pid)?;
+        vgpu::remove_pf_temps(pf, entry.pid)?;
         let groups = roots.sys.join("kernel/iommu_groups");
         for g in fsx::list(&groups)? {
             fsx::remove_temps(&groups.join(g), entry.pid)?;

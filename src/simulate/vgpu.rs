@@ -116,6 +116,21 @@ pub(crate) fn refresh_pf(dev: &Path) -> io::Result<()> {
     rules::refresh_nvidia_vfs(&pf, &nvidia_parents)
 }
 
+/// Removes the temporary files process `pid` left (a write cut short) wherever a refresh of the
+/// GPU of `dev` writes: each VF's directory, `nvidia/` and mdev type directories.
+pub(crate) fn remove_pf_temps(dev: &Path, pid: u32) -> io::Result<()> {
+    let pf = physfn(dev).unwrap_or_else(|| dev.to_path_buf());
+    fsx::remove_temps(&pf, pid)?;
+    for vf in binding::virtfns(&pf)? {
+        fsx::remove_temps(&vf, pid)?;
+        fsx::remove_temps(&vf.join("nvidia"), pid)?;
+        for t in rules::types(&vf)? {
+            fsx::remove_temps(&t.dir, pid)?;
+        }
+    }
+    Ok(())
+}
+
 /// The kernel's `kstrtol(s, 10)`: optional sign, decimal digits, one trailing newline.
 fn kstrtol10(s: &str) -> io::Result<i64> {
     let s = s.strip_suffix('\n').unwrap_or(s);
@@ -177,11 +192,10 @@ pub(crate) fn finish(_roots: &Roots, entry: &Entry) -> io::Result<()> {
     let Some(vf) = entry.devs.first() else {
         return Ok(());
     };
-    let dir = vf.join("nvidia");
-    if !dir.is_dir() {
+    remove_pf_temps(vf, entry.pid)?;
+    if !vf.join("nvidia").is_dir() {
         return refresh_pf(vf);
     }
-    fsx::remove_temps(&dir, entry.pid)?;
     let release = entry.new.as_deref() == Some("0");
     let mut undo = entry.clone();
     if !release {
