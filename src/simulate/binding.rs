@@ -267,7 +267,7 @@ pub(crate) fn matches(roots: &Roots, dev: &Path, driver: &str) -> bool {
 }
 
 /// `pci_device_can_probe` and the driver's own refusals, before any side effect.
-fn probe_check(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> {
+fn probe_check(dev: &Path, driver: &str) -> io::Result<()> {
     let pf = physfn(dev);
     if let Some(pf) = &pf {
         let autoprobe = dec_attr(pf, "sriov_drivers_autoprobe").unwrap_or(1) != 0;
@@ -288,7 +288,6 @@ fn probe_check(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> {
         }
         _ => {}
     }
-    let _ = roots;
     Ok(())
 }
 
@@ -600,7 +599,7 @@ pub(crate) fn bind(roots: &Roots, driver_dir: &Path, value: &str) -> io::Result<
     if driver_of(&dev).is_some() {
         return Err(errno(Errno::EBUSY));
     }
-    probe_check(roots, &dev, &driver)?;
+    probe_check(&dev, &driver)?;
     bind_all(roots, &driver, vec![dev], None)
 }
 
@@ -633,7 +632,7 @@ fn unbind_entry(roots: &Roots, entry: &Entry, refresh: bool) -> io::Result<()> {
 /// The first loaded driver that matches `dev` and whose probe would succeed.
 pub(crate) fn probe_driver(roots: &Roots, dev: &Path) -> io::Result<Option<String>> {
     for drv in loaded_drivers(roots)? {
-        if matches(roots, dev, &drv) && probe_check(roots, dev, &drv).is_ok() {
+        if matches(roots, dev, &drv) && probe_check(dev, &drv).is_ok() {
             return Ok(Some(drv));
         }
     }
@@ -674,7 +673,7 @@ pub(crate) fn new_id(roots: &Roots, driver_dir: &Path, value: &str) -> io::Resul
                 Some(o) => *o == driver,
                 None => (v, d) == id,
             };
-            if driver_of(&dev).is_none() && claims && probe_check(roots, &dev, &driver).is_ok() {
+            if driver_of(&dev).is_none() && claims && probe_check(&dev, &driver).is_ok() {
                 devs.push(dev);
             }
         }
