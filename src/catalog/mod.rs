@@ -29,6 +29,17 @@ const PCI_MODELS: &[(u16, u16, &str)] = &[
     (VENDOR_NVIDIA, 0x26b9, "L40S"),
     (VENDOR_NVIDIA, 0x27b8, "L4"),
     (VENDOR_NVIDIA, 0x2331, "H100 PCIe"),
+    (VENDOR_NVIDIA, 0x24b0, "RTX A4000"),
+    (
+        VENDOR_NVIDIA,
+        0x228b,
+        "GA104 High Definition Audio Controller",
+    ),
+    (
+        VENDOR_NVIDIA,
+        0x10f7,
+        "TU102 High Definition Audio Controller",
+    ),
     // Intel integrated graphics (GVT-g capable generations)
     (VENDOR_INTEL, 0x1912, "HD Graphics 530"),
     (VENDOR_INTEL, 0x5912, "HD Graphics 630"),
@@ -37,6 +48,21 @@ const PCI_MODELS: &[(u16, u16, &str)] = &[
     (VENDOR_INTEL, 0x3e9b, "UHD Graphics 630 (Mobile)"),
     // AMD
     (VENDOR_AMD, 0x74a1, "Instinct MI300X"),
+    (VENDOR_AMD, 0x74b5, "Instinct MI300X VF"),
+    // Intel network controllers of the simulated hosts
+    (
+        VENDOR_INTEL,
+        0x10fb,
+        "82599ES 10-Gigabit SFI/SFP+ Network Connection",
+    ),
+    (VENDOR_INTEL, 0x10d3, "82574L Gigabit Network Connection"),
+    // PCIe switches of the simulated hosts
+    (
+        0x10b5,
+        0x8747,
+        "PEX 8747 48-Lane, 5-Port PCI Express Gen 3 Switch",
+    ),
+    (0x1b21, 0x1182, "ASM1182e 2-Port PCIe x1 Gen2 Packet Switch"),
 ];
 
 /// Boards told apart only by their PCI subsystem id: (vendor, device, subsystem vendor,
@@ -455,6 +481,46 @@ pub fn nvidia_type_by_id(id: u32) -> Option<&'static NvidiaTypeInfo> {
     nvidia_types().iter().find(|t| t.id == id)
 }
 
+/// How the NVIDIA host driver shares a board on the hosts vgpud targets (hardware.md §1.3, §2):
+/// what the driver's probe registers when it binds a function of the board.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvidiaScheme {
+    /// Legacy mdev (Maxwell … Turing): the physical function is the mdev parent.
+    Mdev,
+    /// SR-IOV with mdev (Ampere on pre-vGPU-17 hosts): each VF bound to `nvidia` is an mdev
+    /// parent holding one vGPU at most; the PF registers nothing.
+    MdevOnVf,
+    /// SR-IOV with NVIDIA's vendor-specific VFIO framework (Ada and newer, vGPU 17+ on kernel
+    /// 6.8+): each VF bound to `nvidia` gets `nvidia/{creatable_vgpu_types,current_vgpu_type,
+    /// vgpu_params}` and a vfio device; the PF registers nothing.
+    VendorVfio,
+}
+
+/// NVIDIA boards by PCI id: (device, subsystem device or `None` for any, board name as in the
+/// type names, scheme). Ampere boards are assumed to run the mdev-on-VF scheme and Ada the
+/// vendor-VFIO one: the split hardware.md §2 describes for a host that has both (the scheme is
+/// really chosen by the driver branch and kernel, per host).
+const NVIDIA_BOARDS: &[(u16, Option<u16>, &str, NvidiaScheme)] = &[
+    (0x1e30, Some(0x12ba), "RTX6000", NvidiaScheme::Mdev),
+    (0x1e30, Some(0x129e), "RTX8000", NvidiaScheme::Mdev),
+    (0x1eb8, None, "T4", NvidiaScheme::Mdev),
+    (0x2236, None, "A10", NvidiaScheme::MdevOnVf),
+    (0x25b6, None, "A16", NvidiaScheme::MdevOnVf),
+    (0x2235, None, "A40", NvidiaScheme::MdevOnVf),
+    (0x20b5, None, "A100D", NvidiaScheme::MdevOnVf),
+    (0x26b9, None, "L40S", NvidiaScheme::VendorVfio),
+];
+
+/// The vGPU board (as in [`nvidia_board_types`]) and sharing scheme of an NVIDIA GPU with PCI
+/// device id `device` and subsystem device id `subsystem_device`; `None` for a GPU without
+/// vGPU support.
+pub fn nvidia_board(device: u16, subsystem_device: u16) -> Option<(&'static str, NvidiaScheme)> {
+    NVIDIA_BOARDS
+        .iter()
+        .find(|(d, sub, _, _)| *d == device && sub.is_none_or(|s| s == subsystem_device))
+        .map(|(_, _, board, scheme)| (*board, *scheme))
+}
+
 /// An Intel GVT-g type (hardware.md §5.7; i915 `intel_vgpu_configs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GvtgTypeInfo {
@@ -655,6 +721,33 @@ mod tests {
             nvidia_type_by_id(558).map(|t| t.name),
             Some("NVIDIA A40-2Q")
         );
+    }
+
+    #[test]
+    fn boards_have_a_scheme() {
+        assert_eq!(
+            nvidia_board(0x1e30, 0x12ba),
+            Some(("RTX6000", NvidiaScheme::Mdev))
+        );
+        assert_eq!(
+            nvidia_board(0x1e30, 0x129e),
+            Some(("RTX8000", NvidiaScheme::Mdev))
+        );
+        assert_eq!(nvidia_board(0x1e30, 0x0000), None);
+        assert_eq!(
+            nvidia_board(0x2235, 0x145a),
+            Some(("A40", NvidiaScheme::MdevOnVf))
+        );
+        assert_eq!(
+            nvidia_board(0x26b9, 0x1851),
+            Some(("L40S", NvidiaScheme::VendorVfio))
+        );
+        assert_eq!(nvidia_board(0x24b0, 0x14ad), None);
+        for (_, _, board, _) in NVIDIA_BOARDS {
+            assert!(!nvidia_board_types(board).is_empty(), "{board}");
+        }
+        assert_eq!(pci_model_name(0x10de, 0x24b0), Some("RTX A4000"));
+        assert_eq!(pci_model_name(0x1002, 0x74b5), Some("Instinct MI300X VF"));
     }
 
     #[test]

@@ -529,7 +529,8 @@ fn assert_consistent(host: &Host) {
         if crate::model::normalize_uuid(&name).is_some() {
             assert!(devices.contains(&name), "{} is left over", path.display());
         }
-        if path.parent() == Some(Path::new("dev/vfio")) {
+        // dev/vfio holds the group nodes, and the directory of the device cdevs.
+        if path.parent() == Some(Path::new("dev/vfio")) && name != "devices" {
             groups.push(name);
         }
     }

@@ -16,7 +16,8 @@
 //!
 //! ```text
 //! vgpud-simulator journal 1
-//! op=create                  create | remove | write
+//! op=create                  create | remove | write | bind | unbind | sriov-enable |
+//!                            sriov-disable | vgpu-type
 //! pid=4242                   the writer, whose temporary files (`.NAME.vgpud-PID-N`) are swept
 //! uuid=11111111-2222-4333-8444-555555555555
 //! parent=devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0   below ROOT/sys (absolute if outside)
@@ -27,6 +28,23 @@
 //!                            drivers whose count the simulator keeps in the files)
 //! made=bus/mdev/drivers/mdpy (op=create) a directory the create makes that did not exist
 //! path=devices/…/nvidia/vgpu_params                     (op=write) the attribute written
+//! end
+//! ```
+//!
+//! PCI operations (`binding.rs`, `sriov.rs`, `vgpu.rs`) name their devices instead:
+//!
+//! ```text
+//! op=bind                    bind (a bind, drivers_probe or new_id write: undone) | unbind
+//!                            (completed) | sriov-enable (undone) | sriov-disable (completed) |
+//!                            vgpu-type (a set undone, a clear completed)
+//! pid=4242
+//! driver=vfio-pci            bind/unbind: the driver
+//! dev=devices/pci0000:40/0000:40:01.1/0000:41:00.0      one line per device concerned
+//! count=32                   sriov-*: the number of VFs made or destroyed
+//! id=10de 26b9               bind from new_id: the dynamic id added (removed by the undo)
+//! old=0                      vgpu-type: current_vgpu_type before and after
+//! new=1150
+//! made=dev/vfio/devices      directories the operation makes that did not exist
 //! end
 //! ```
 //!
@@ -116,6 +134,51 @@ pub(crate) enum Op {
     Remove,
     /// A value written to a plain attribute.
     Write,
+    /// Devices bound to a driver (`bind`, `drivers_probe`, `new_id`): undone by recovery.
+    Bind,
+    /// Devices unbound from a driver: completed by recovery.
+    Unbind,
+    /// VFs made by a `sriov_numvfs` write: undone by recovery.
+    SriovEnable,
+    /// VFs destroyed by a `sriov_numvfs` write: completed by recovery.
+    SriovDisable,
+    /// A `current_vgpu_type` write: a set is undone, a clear completed.
+    VgpuType,
+}
+
+impl Op {
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Remove => "remove",
+            Op::Write => "write",
+            Op::Bind => "bind",
+            Op::Unbind => "unbind",
+            Op::SriovEnable => "sriov-enable",
+            Op::SriovDisable => "sriov-disable",
+            Op::VgpuType => "vgpu-type",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Op> {
+        [
+            Op::Create,
+            Op::Remove,
+            Op::Write,
+            Op::Bind,
+            Op::Unbind,
+            Op::SriovEnable,
+            Op::SriovDisable,
+            Op::VgpuType,
+        ]
+        .into_iter()
+        .find(|op| op.name() == s)
+    }
+
+    /// Whether the op is about PCI devices (its record names `dev`s).
+    fn is_pci(&self) -> bool {
+        !matches!(self, Op::Create | Op::Remove | Op::Write)
+    }
 }
 
 /// One journal record.
@@ -138,6 +201,15 @@ pub(crate) struct Entry {
     pub(crate) made: Vec<PathBuf>,
     /// `Write`: the attribute file (absolute).
     pub(crate) path: PathBuf,
+    /// PCI operations: the device directories concerned (absolute).
+    pub(crate) devs: Vec<PathBuf>,
+    /// `SriovEnable`/`SriovDisable`: the number of VFs.
+    pub(crate) count: Option<u32>,
+    /// `Bind` from `new_id`: the dynamic id added.
+    pub(crate) id: Option<String>,
+    /// `VgpuType`: the value before and after.
+    pub(crate) old: Option<String>,
+    pub(crate) new: Option<String>,
 }
 
 impl Entry {
@@ -154,6 +226,19 @@ impl Entry {
             avail: Vec::new(),
             made: Vec::new(),
             path: PathBuf::new(),
+            devs: Vec::new(),
+            count: None,
+            id: None,
+            old: None,
+            new: None,
+        }
+    }
+
+    /// A PCI operation by this process on `devs`.
+    pub(crate) fn pci(op: Op, devs: Vec<PathBuf>) -> Entry {
+        Entry {
+            devs,
+            ..Entry::device(op, "", Path::new(""))
         }
     }
 
@@ -175,14 +260,27 @@ impl Entry {
                 .into_owned()
         };
         let mut lines = vec![HEADER.to_string()];
-        let op = match self.op {
-            Op::Create => "create",
-            Op::Remove => "remove",
-            Op::Write => "write",
-        };
-        lines.push(format!("op={op}"));
+        lines.push(format!("op={}", self.op.name()));
         lines.push(format!("pid={}", self.pid));
-        if self.op == Op::Write {
+        if self.op.is_pci() {
+            if let Some(d) = &self.driver {
+                lines.push(format!("driver={d}"));
+            }
+            for d in &self.devs {
+                lines.push(format!("dev={}", rel(d)));
+            }
+            if let Some(n) = self.count {
+                lines.push(format!("count={n}"));
+            }
+            for (key, value) in [("id", &self.id), ("old", &self.old), ("new", &self.new)] {
+                if let Some(v) = value {
+                    lines.push(format!("{key}={v}"));
+                }
+            }
+            for d in &self.made {
+                lines.push(format!("made={}", rel(d)));
+            }
+        } else if self.op == Op::Write {
             lines.push(format!("path={}", rel(&self.path)));
         } else {
             lines.push(format!("uuid={}", self.uuid));
@@ -227,14 +325,7 @@ impl Entry {
             }
             let (key, value) = line.split_once('=')?;
             match key {
-                "op" => {
-                    op = Some(match value {
-                        "create" => Op::Create,
-                        "remove" => Op::Remove,
-                        "write" => Op::Write,
-                        _ => return None,
-                    })
-                }
+                "op" => op = Some(Op::parse(value)?),
                 "pid" => pid = value.parse().ok(),
                 "uuid" => entry.uuid = value.to_string(),
                 "parent" => entry.parent = sys.join(value),
@@ -247,6 +338,11 @@ impl Entry {
                 }
                 "made" => entry.made.push(sys.join(value)),
                 "path" => entry.path = sys.join(value),
+                "dev" => entry.devs.push(sys.join(value)),
+                "count" => entry.count = Some(value.parse().ok()?),
+                "id" => entry.id = Some(value.to_string()),
+                "old" => entry.old = Some(value.to_string()),
+                "new" => entry.new = Some(value.to_string()),
                 _ => {}
             }
         }
@@ -257,6 +353,9 @@ impl Entry {
             Op::Create | Op::Remove => {
                 !entry.uuid.is_empty() && !entry.uuid.contains('/') && entry.parent.is_absolute()
             }
+            Op::Bind | Op::Unbind => entry.driver.is_some(),
+            Op::SriovEnable | Op::SriovDisable => entry.devs.len() == 1 && entry.count.is_some(),
+            Op::VgpuType => entry.devs.len() == 1 && entry.old.is_some() && entry.new.is_some(),
         };
         (complete && usable).then_some(entry)
     }
@@ -285,14 +384,14 @@ pub(crate) fn end(state_dir: &Path) -> io::Result<()> {
 pub(crate) enum Pending {
     None,
     Torn,
-    Entry(Entry),
+    Entry(Box<Entry>),
 }
 
 /// Reads the journal, if there is one.
 pub(crate) fn pending(state_dir: &Path, sys: &Path) -> io::Result<Pending> {
     match fs::read_to_string(journal_path(state_dir)) {
         Ok(text) => Ok(match Entry::parse(&text, sys) {
-            Some(e) => Pending::Entry(e),
+            Some(e) => Pending::Entry(Box::new(e)),
             None => Pending::Torn,
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Pending::None),
@@ -355,6 +454,44 @@ mod tests {
             "vgpud-simulator journal 1\nop=write\npid=7\npath=devices/x/u/nvidia/vgpu_params\nend\n"
         );
         assert_eq!(Entry::parse(&text, sys), Some(w));
+    }
+
+    #[test]
+    fn pci_records_round_trip() {
+        let sys = Path::new("/r/sys");
+        let mut e = Entry::pci(
+            Op::Bind,
+            vec![
+                PathBuf::from("/r/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0"),
+                PathBuf::from("/r/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.4"),
+            ],
+        );
+        e.pid = 9;
+        e.driver = Some("pci-pf-stub".into());
+        e.id = Some("10de 26b9".into());
+        e.made = vec![PathBuf::from("/r/dev/vfio/devices")];
+        let text = e.render(sys).expect("render");
+        assert_eq!(
+            text,
+            "vgpud-simulator journal 1\nop=bind\npid=9\ndriver=pci-pf-stub\n\
+             dev=devices/pci0000:40/0000:40:01.1/0000:41:00.0\n\
+             dev=devices/pci0000:40/0000:40:01.1/0000:41:00.4\nid=10de 26b9\n\
+             made=/r/dev/vfio/devices\nend\n"
+        );
+        assert_eq!(Entry::parse(&text, sys), Some(e));
+        let mut v = Entry::pci(Op::VgpuType, vec![PathBuf::from("/r/sys/devices/x")]);
+        v.old = Some("0".into());
+        v.new = Some("1150".into());
+        let text = v.render(sys).expect("render");
+        assert_eq!(Entry::parse(&text, sys), Some(v.clone()));
+        v.old = None;
+        let text = v.render(sys).expect("render");
+        assert_eq!(Entry::parse(&text, sys), None, "incomplete");
+        let mut s = Entry::pci(Op::SriovEnable, vec![PathBuf::from("/r/sys/devices/x")]);
+        s.count = Some(32);
+        let text = s.render(sys).expect("render");
+        assert!(text.contains("op=sriov-enable\n"));
+        assert_eq!(Entry::parse(&text, sys), Some(s));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use nix::errno::Errno;
 use super::fsx::{self, errno};
 use super::journal::{self, Entry, Op, Pending};
 use super::rules::{self, Change, Vendor};
+use super::{binding, vgpu};
 use crate::model::normalize_uuid;
 
 /// The kernel's `UUID_STRING_LEN`.
@@ -40,7 +41,7 @@ impl Roots {
 /// undone, a remove completed), and the journal goes once that worked. `keep_going` says
 /// whether a completed recovery turns the failure into success (a remove that recovery
 /// completed did happen). A staged death (unit tests) returns at once, like a dead process.
-fn journaled(
+pub(crate) fn journaled(
     roots: &Roots,
     entry: &Entry,
     keep_going: bool,
@@ -108,7 +109,8 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
     }
     journaled(roots, &entry, false, || {
         build(roots, &parent, type_dir, &type_id, &uuid, &vendor, group)?;
-        rules::refresh(&parent, &vendor, Change::Created)
+        rules::refresh(&parent, &vendor, Change::Created)?;
+        refresh_siblings(&parent)
     })
 }
 
@@ -199,7 +201,7 @@ fn vendor_attributes(parent: &Path, dev_dir: &Path, uuid: &str, vendor: &Vendor)
 }
 
 /// Adds `dir` and those of its ancestors that do not exist to `made`, outermost first.
-fn missing_dirs(dir: &Path, made: &mut Vec<PathBuf>) {
+pub(crate) fn missing_dirs(dir: &Path, made: &mut Vec<PathBuf>) {
     let mut missing = Vec::new();
     let mut d = Some(dir);
     while let Some(p) = d {
@@ -237,7 +239,8 @@ pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<(
     entry.avail = rules::counters(parent, &vendor)?;
     journaled(roots, &entry, true, || {
         teardown(roots, &entry)?;
-        rules::refresh(parent, &vendor, Change::Removed)
+        rules::refresh(parent, &vendor, Change::Removed)?;
+        refresh_siblings(parent)
     })
 }
 
@@ -261,7 +264,7 @@ pub(crate) fn write_plain(roots: &Roots, path: &Path, value: &str) -> io::Result
 /// Undoes everything [`build`] made for the device of `entry`, reading what to undo from the
 /// device's own links, else from the journal entry. Missing pieces are skipped, so this also
 /// cleans up after a half-made or half-removed device.
-fn teardown(roots: &Roots, entry: &Entry) -> io::Result<()> {
+pub(crate) fn teardown(roots: &Roots, entry: &Entry) -> io::Result<()> {
     let sys = &roots.sys;
     let uuid = &entry.uuid;
     let parent = &entry.parent;
@@ -318,9 +321,28 @@ fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
             }
             fsx::remove_temps(&roots.dev, entry.pid)?;
             let vendor = Vendor::of(parent)?;
-            rules::settle(parent, &vendor, &entry.avail, entry.op == Op::Remove)
+            rules::settle(parent, &vendor, &entry.avail, entry.op == Op::Remove)?;
+            settle_siblings(parent, entry.pid)
         }
+        _ => binding::finish(roots, entry),
     }
+}
+
+/// An mdev parent that is an SR-IOV VF shares its GPU's budget with its sibling VFs: their
+/// counts follow each create and remove.
+fn refresh_siblings(parent: &Path) -> io::Result<()> {
+    if binding::physfn(parent).is_some() {
+        vgpu::refresh_pf(parent)?;
+    }
+    Ok(())
+}
+
+/// [`refresh_siblings`] after a write cut short: first the writer's temporary files go.
+fn settle_siblings(parent: &Path, pid: u32) -> io::Result<()> {
+    if binding::physfn(parent).is_some() {
+        vgpu::remove_pf_temps(parent, pid)?;
+    }
+    refresh_siblings(parent)
 }
 
 /// Finishes the operation the journal of the tree names, if any, and deletes the journal.

@@ -25,15 +25,47 @@
 //!   `<type>/devices/<uuid>`, all links relative; then `available_instances` of every type of
 //!   the parent is recomputed.
 //! - `<mdev>/remove`: parsed as `kstrtoul`, `0` is a no-op, other numbers undo all of the above.
+//! - `sys/bus/pci/drivers/<drv>/bind` ← BDF: unknown device `ENODEV`; a driver that does not
+//!   match it `ENODEV`; a bound device `EBUSY`; a failing probe its errno (vfio-pci without an
+//!   IOMMU group `EINVAL`; a VF whose PF has `sriov_drivers_autoprobe` 0 and no override
+//!   `ENODEV`); else bound with the driver's probe effects. `unbind` ← BDF: `ENODEV` unless
+//!   bound to that driver; the remove effects never fail. `new_id`/`remove_id` ← `vvvv dddd`:
+//!   a dynamic id (`EEXIST` if the driver matches it already; `ENODEV` to remove one that is
+//!   not there; `EINVAL` for fewer than two hex fields); `new_id` binds every unbound device it
+//!   now matches. `sys/bus/pci/drivers_probe` ← BDF: an unbound device gets the first driver
+//!   that takes it (none: still success); unknown `ENODEV`. `<dev>/driver_override`: up to the
+//!   first newline, empty clears it (`(null)`). Matching, probe order and effects (vfio devices,
+//!   `dev/vfio/<group>`, NVIDIA mdev parents and vendor-VFIO files): `binding.rs`.
+//! - `<pf>/sriov_numvfs` ← N (`kstrtou16`, base 0): above `sriov_totalvfs` `ERANGE`; the
+//!   current count a no-op; no driver or one without `sriov_configure` (`nvidia`, `gim`)
+//!   `ENOENT`; N → M both non-zero `EBUSY`; 0 while an NVIDIA VF holds a vGPU type `EBUSY`
+//!   (assumed); else VFs made (probed while `sriov_drivers_autoprobe` is 1) or destroyed
+//!   (unbound first). Layout: `sriov.rs`.
+//! - `<vf>/nvidia/current_vgpu_type` ← id (`kstrtol`, base 10): `EINVAL`, `EPERM` (0 with none
+//!   set, non-zero with one set), `EIO` (not in the VF's `creatable_vgpu_types`); every VF's
+//!   `creatable_vgpu_types` follows (`vgpu.rs`).
 //! - any other file: the value is stored as written, replacing the file by a rename (`ENOENT`
 //!   when the file does not exist, `EISDIR` for a directory, `EACCES` for a file without write
 //!   permission bits, as kernfs refuses writes to attributes with no store method).
+//!
+//! [`Simulator::run_tool`] carries out NVIDIA's `sriov-manage` as the sequence of such writes
+//! the real script makes, each one atomic (`tool.rs`).
+//!
+//! Every write with more than one side effect is journaled: a bind (also by `drivers_probe` or
+//! `new_id`), VF enablement and setting a vGPU type are undone by recovery; an unbind, VF
+//! disablement and releasing a vGPU type are completed. The only state outside `sys/` and
+//! `dev/` is the dynamic ids of `new_id` (`ROOT/run/vgpud-simulator/dynids/<drv>`), which the
+//! tree cannot say and which, like the kernel's, do not survive a reboot.
 
+mod binding;
 mod fsx;
 mod journal;
 mod kernel;
 mod profiles;
 mod rules;
+mod sriov;
+mod tool;
+mod vgpu;
 
 use std::fs;
 use std::io;
@@ -74,6 +106,19 @@ enum Target {
     Create(PathBuf),
     Remove(PathBuf),
     Plain(PathBuf),
+    /// `sys/bus/pci/drivers/<drv>/{bind,unbind,new_id,remove_id}`: the driver's directory.
+    Bind(PathBuf),
+    Unbind(PathBuf),
+    NewId(PathBuf),
+    RemoveId(PathBuf),
+    /// `sys/bus/pci/drivers_probe`.
+    DriversProbe,
+    /// `<pci dev>/driver_override`.
+    Override(PathBuf),
+    /// `<pci dev>/sriov_numvfs`.
+    NumVfs(PathBuf),
+    /// `<pci dev>/nvidia/current_vgpu_type`.
+    VgpuType(PathBuf),
 }
 
 impl Simulator {
@@ -92,26 +137,38 @@ impl Simulator {
         let roots = kernel::Roots::new(root)?;
         // Writes may come through links (sys/bus/mdev/devices/<uuid>/remove).
         let resolved = fs::canonicalize(path)?;
-        match classify(resolved) {
+        match classify(&roots, resolved) {
             Target::Create(type_dir) => kernel::create(&roots, &type_dir, value),
             Target::Remove(dev_dir) => kernel::remove(&roots, &dev_dir, value),
             Target::Plain(file) => kernel::write_plain(&roots, &file, value),
+            Target::Bind(drv) => binding::bind(&roots, &drv, value),
+            Target::Unbind(drv) => binding::unbind(&roots, &drv, value),
+            Target::NewId(drv) => binding::new_id(&roots, &drv, value),
+            Target::RemoveId(drv) => binding::remove_id(&roots, &drv, value),
+            Target::DriversProbe => binding::drivers_probe(&roots, value),
+            Target::Override(file) => binding::driver_override(&roots, &file, value),
+            Target::NumVfs(file) => sriov::write_numvfs(&roots, &file, value),
+            Target::VgpuType(file) => vgpu::write_current(&roots, &file, value),
         }
     }
 
     /// Carries out what host tool `program` does when run with `args`, as simulated sysfs
-    /// writes, and returns what the tool would print and its exit status. Known tools: none
-    /// yet (an `Unsupported` error).
+    /// writes (each one atomic, through [`Simulator::write`]), and returns what the tool would
+    /// print and its exit status. Known tools: NVIDIA's `sriov-manage` (by basename; see
+    /// `tool.rs`); others are an `Unsupported` error.
     pub fn run_tool(
         &self,
-        _host: &Host,
+        host: &Host,
         program: &Path,
-        _args: &[&str],
+        args: &[&str],
     ) -> io::Result<crate::host::ToolOutput> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!("the simulator does not emulate {}", program.display()),
-        ))
+        match program.file_name().and_then(|n| n.to_str()) {
+            Some("sriov-manage") => tool::sriov_manage(self, host, args),
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the simulator does not emulate {}", program.display()),
+            )),
+        }
     }
 
     /// Finishes the simulated write a killed process left half-done on the host's tree, as
@@ -149,9 +206,35 @@ pub(crate) fn lock_tree(root: &Path) -> io::Result<journal::Guard> {
     Ok(guard)
 }
 
-fn classify(path: PathBuf) -> Target {
+fn classify(roots: &kernel::Roots, path: PathBuf) -> Target {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let dir = path.parent();
+    let pci_drivers = roots.sys.join("bus/pci/drivers");
+    if let Some(d) = dir.filter(|d| d.parent() == Some(pci_drivers.as_path())) {
+        let d = d.to_path_buf();
+        match name {
+            "bind" => return Target::Bind(d),
+            "unbind" => return Target::Unbind(d),
+            "new_id" => return Target::NewId(d),
+            "remove_id" => return Target::RemoveId(d),
+            _ => {}
+        }
+    }
+    if path == roots.sys.join("bus/pci/drivers_probe") {
+        return Target::DriversProbe;
+    }
+    let in_pci_dev = dir.is_some_and(binding::is_pci_dev);
+    match name {
+        "driver_override" if in_pci_dev => return Target::Override(path),
+        "sriov_numvfs" if in_pci_dev => return Target::NumVfs(path),
+        "current_vgpu_type"
+            if dir.and_then(Path::file_name) == Some("nvidia".as_ref())
+                && dir.and_then(Path::parent).is_some_and(binding::is_pci_dev) =>
+        {
+            return Target::VgpuType(path)
+        }
+        _ => {}
+    }
     match (name, dir) {
         ("create", Some(type_dir))
             if type_dir.parent().and_then(Path::file_name)
@@ -168,5 +251,9 @@ fn classify(path: PathBuf) -> Target {
 
 #[cfg(test)]
 mod crash_tests;
+#[cfg(test)]
+mod pci_crash_tests;
+#[cfg(test)]
+mod pci_tests;
 #[cfg(test)]
 mod tests;

@@ -105,7 +105,7 @@ pub(crate) enum Change {
 pub(crate) fn compute(parent: &Path, vendor: &Vendor) -> io::Result<Vec<(TypeState, Option<u32>)>> {
     let types = types(parent)?;
     Ok(match vendor {
-        Vendor::Nvidia => nvidia(parent, types),
+        Vendor::Nvidia => nvidia(parent, types, None),
         Vendor::Gvtg => gvtg(parent, types),
         Vendor::Mtty => mtty(types),
         Vendor::Other(_) => types.into_iter().map(|t| (t, None)).collect(),
@@ -249,15 +249,62 @@ fn parse_size_mib(s: &str) -> Option<u64> {
         .ok()
 }
 
+/// Recomputes `available_instances` of the NVIDIA VF mdev parents `vfs`, all of one PF whose
+/// vGPUs (see [`pf_mdev_vgpus`]) are counted once for all of them.
+pub(crate) fn refresh_nvidia_vfs(pf: &Path, vfs: &[PathBuf]) -> io::Result<()> {
+    let used = pf_mdev_vgpus(pf);
+    for vf in vfs {
+        for (t, value) in nvidia(vf, types(vf)?, Some(&used)) {
+            if let Some(v) = value {
+                let current = fsx::read_opt(&t.dir.join("available_instances"));
+                store(&t, current.as_deref(), v)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Framebuffer sizes of the vGPUs (mdevs) on every VF of `pf`.
+fn pf_mdev_vgpus(pf: &Path) -> Vec<Option<u64>> {
+    let mut out = Vec::new();
+    let vfs = super::binding::virtfns(pf).unwrap_or_default();
+    for vf in vfs {
+        for child in fsx::list(&vf).unwrap_or_default() {
+            let Some(type_id) = fsx::link_basename(&vf.join(&child).join("mdev_type")) else {
+                continue;
+            };
+            let t = TypeState {
+                dir: vf.join("mdev_supported_types").join(&type_id),
+                id: type_id,
+                count: 1,
+            };
+            out.push(nvidia_figures(&t).map(|(fb, _)| fb));
+        }
+    }
+    out
+}
+
 /// Equal-size mode (hardware.md §1.3): with no vGPU on the parent every type offers its
 /// max_instance; once vGPUs exist, only types with their framebuffer size stay available, at
 /// max_instance − vGPUs on the parent, every other type reads 0. An SR-IOV VF (it has a
-/// `physfn` link) holds one vGPU at most: 1 while empty, 0 once used (the PF-wide budget over
-/// all VFs is not modelled).
-fn nvidia(parent: &Path, types: Vec<TypeState>) -> Vec<(TypeState, Option<u32>)> {
+/// `physfn` link) holds one vGPU at most: 1 while empty and while the same rule over the whole
+/// PF (the vGPUs on all its VFs) leaves room for the type, else 0.
+fn nvidia(
+    parent: &Path,
+    types: Vec<TypeState>,
+    pf_used: Option<&[Option<u64>]>,
+) -> Vec<(TypeState, Option<u32>)> {
     let figures: Vec<Option<(u64, u32)>> = types.iter().map(nvidia_figures).collect();
     let total: u32 = types.iter().map(|t| t.count).sum();
     let is_vf = fsx::exists_nofollow(&parent.join("physfn"));
+    let pf_used = match pf_used {
+        Some(u) => u.to_vec(),
+        None if is_vf => std::fs::canonicalize(parent.join("physfn"))
+            .map(|pf| pf_mdev_vgpus(&pf))
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let pf_total = u32::try_from(pf_used.len()).unwrap_or(u32::MAX);
     // Framebuffer sizes of the existing vGPUs; `None` inside when a used type has no figures.
     let used_fb: Vec<Option<u64>> = types
         .iter()
@@ -271,7 +318,9 @@ fn nvidia(parent: &Path, types: Vec<TypeState>) -> Vec<(TypeState, Option<u32>)>
         .map(|(t, f)| {
             let value = f.map(|(fb, max)| {
                 if is_vf {
-                    u32::from(total == 0 && max > 0)
+                    let room = pf_used.is_empty()
+                        || (pf_used.iter().all(|u| *u == Some(fb)) && pf_total < max);
+                    u32::from(total == 0 && max > 0 && room)
                 } else if total == 0 {
                     max
                 } else if used_fb.iter().all(|u| *u == Some(fb)) {

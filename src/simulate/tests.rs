@@ -481,7 +481,9 @@ fn profiles_start_where_the_rules_say() {
     for name in profile_names() {
         let (_dir, host) = host(name);
         let before = all_available(&host);
-        assert!(!before.is_empty(), "{name} has mdev parents");
+        // The SR-IOV and passthrough hosts have no mdev parent until VFs are enabled.
+        let without = ["nvidia-l40s", "nvidia-a40", "amd-mxgpu", "passthrough"];
+        assert_eq!(before.is_empty(), without.contains(name), "{name}");
         for parent in host.list_dir(&host.sys("class/mdev_bus")).expect("list") {
             let dir = host
                 .resolve(&host.sys(&format!("class/mdev_bus/{parent}")))

@@ -8,20 +8,25 @@
 //! `usr/lib/mdevctl/scripts.d/{callouts,notifiers}` directories mdevctl 1.4 requires under its
 //! `MDEVCTL_ENV_ROOT`).
 //!
-//! A profile never changes or deletes files outside `sys/`, `dev/` and the simulator's own
-//! `run/vgpud-simulator/` (its lock, and the journal of a write it finishes first): writing it
+//! A profile never changes or deletes files outside `sys/`, `dev/`, the simulator's own
+//! `run/vgpud-simulator/` (its lock, and the journal of a write it finishes first) and, for the
+//! NVIDIA SR-IOV profiles, the placeholder `usr/lib/nvidia/sriov-manage`: writing it
 //! again into a root whose `sys`, `dev` and `run` were deleted (a simulated reboot) gives a
 //! fresh `sys` tree and keeps `etc/` and `var/lib/` as they were.
 
+mod amd;
 mod intel;
 mod mtty;
 mod nvidia;
+mod passthrough;
 mod platform;
-mod tree;
+pub(crate) mod tree;
 
 use std::path::Path;
 
 use super::SimError;
+
+pub(crate) use nvidia::board_types as nvidia_board_types;
 
 /// The profiles: name and one-line description.
 const PROFILES: &[(&str, &str)] = &[
@@ -42,9 +47,35 @@ const PROFILES: &[(&str, &str)] = &[
         "large",
         "sixteen Quadro RTX 8000 (48 GB, Turing; up to 512 vGPUs) behind four PCIe switches on two NUMA nodes",
     ),
+    (
+        "nvidia-l40s",
+        "two NVIDIA L40S (48 GB, Ada; SR-IOV, vendor-specific VFIO, VFs off) on NUMA nodes 0 and 1",
+    ),
+    (
+        "nvidia-a40",
+        "one NVIDIA A40 (48 GB, Ampere; SR-IOV with an mdev parent per VF, VFs off)",
+    ),
+    (
+        "amd-mxgpu",
+        "one AMD Instinct MI300X under GIM with its 8 SR-IOV VFs unbound",
+    ),
+    (
+        "passthrough",
+        "three RTX A4000 for whole-GPU passthrough: a clean one, the console, one sharing a group with a NIC",
+    ),
 ];
 
-const NAMES: &[&str] = &["nvidia-turing", "intel-gvtg", "mtty", "mixed", "large"];
+const NAMES: &[&str] = &[
+    "nvidia-turing",
+    "intel-gvtg",
+    "mtty",
+    "mixed",
+    "large",
+    "nvidia-l40s",
+    "nvidia-a40",
+    "amd-mxgpu",
+    "passthrough",
+];
 
 /// The profiles there are, with a one-line description each.
 pub fn profiles() -> &'static [(&'static str, &'static str)] {
@@ -80,7 +111,11 @@ pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
             intel::gvtg(&tree)?;
             mtty::write(&tree)
         }
-        _ => nvidia::large(&tree),
+        "large" => nvidia::large(&tree),
+        "nvidia-l40s" => nvidia::l40s(&tree),
+        "nvidia-a40" => nvidia::a40(&tree),
+        "amd-mxgpu" => amd::mxgpu(&tree),
+        _ => passthrough::write(&tree),
     }
 }
 

@@ -22,6 +22,27 @@
 //! 26+10k … 29+10k (GPUs). Each GPU offers the 29 RTX8000 types of the catalog (`nvidia-264` …
 //! `nvidia-456`), up to 32 RTX8000-1Q each: 512 devices on the host. The boards' audio and USB
 //! functions and I/O BARs (often unassigned behind switches) are left out.
+//!
+//! SR-IOV hosts (hardware.md §2, §5.2, §5.3), VFs not enabled yet (`sriov_numvfs` 0; vgpud
+//! enables them with `sriov-manage -e`, which these profiles install as a placeholder
+//! `usr/lib/nvidia/sriov-manage` that the simulator carries out itself):
+//!
+//! `nvidia-l40s`: two L40S (10de:26b9, subsystem 10de:1851 [?], 3D controller 0x030200,
+//! driver `nvidia`, vendor-VFIO scheme), `sriov_totalvfs` 32, offset 4, stride 1, VF device
+//! 0x26b9, `sriov_drivers_autoprobe` 1 (the kernel's default):
+//!
+//! | path below sys/devices                        | NUMA | group |
+//! |-----------------------------------------------|------|-------|
+//! | pci0000:40/0000:40:01.1 (root port)           | 0    | 60    |
+//! | pci0000:40/0000:40:01.1/0000:41:00.0 (GPU)    | 0    | 61    |
+//! | pci0000:c0/0000:c0:01.1 (root port)           | 1    | 62    |
+//! | pci0000:c0/0000:c0:01.1/0000:c1:00.0 (GPU)    | 1    | 63    |
+//!
+//! VFs appear at 41:00.4 … 41:04.3 and c1:00.4 … c1:04.3, each in a new IOMMU group.
+//!
+//! `nvidia-a40`: one A40 (10de:2235, subsystem 10de:145a, 0x030200, driver `nvidia`,
+//! mdev-on-VF scheme), 32 VFs (offset 4, stride 1, VF device 0x2235), behind root port
+//! `pci0000:e7/0000:e7:01.0` (group 64): the GPU is `0000:e8:00.0`, group 65, NUMA 1.
 
 use super::platform::root_port;
 use super::tree::{
@@ -36,7 +57,7 @@ use crate::simulate::SimError;
 const MDEV_DRIVER: &str = "nvidia-vgpu-vfio";
 
 /// The mdev types of a board from the catalog: `nvidia-<id>` with name and description.
-fn board_types(board: &str) -> Vec<TypeSpec> {
+pub(crate) fn board_types(board: &str) -> Vec<TypeSpec> {
     catalog::nvidia_board_types(board)
         .into_iter()
         .map(|t| TypeSpec {
@@ -176,4 +197,158 @@ pub(super) fn large(tree: &Tree) -> Result<(), SimError> {
         }
     }
     Ok(())
+}
+
+/// The placeholder a profile with NVIDIA SR-IOV GPUs installs as
+/// `usr/lib/nvidia/sriov-manage`: vgpud's simulator carries the tool out itself.
+const SRIOV_MANAGE_STANDIN: &str = "#!/bin/sh
+# vgpud simulated host: a stand-in for NVIDIA's sriov-manage. vgpud --simulate carries out
+# what the real tool does itself (src/simulate/tool.rs); running this file does nothing.
+echo \"sriov-manage: vgpud's simulated stand-in; run through vgpud --simulate\" >&2
+exit 1
+";
+
+/// An NVIDIA SR-IOV GPU behind its own root port.
+struct SriovGpu {
+    root_bus: u8,
+    numa: i32,
+    port_group: u32,
+    device: u16,
+    subsystem: u16,
+    /// log2 of BAR1's size.
+    bar1_shift: u32,
+}
+
+/// BARs of an SR-IOV GPU on bus `bus`: 16 MiB registers, BAR1, 32 MiB BAR3; SR-IOV BARs
+/// (resource lines 7, 8, 10) sized for `vfs` VFs of 16 MiB, 1 GiB and 32 MiB.
+fn sriov_bars(bus: u8, bar1_shift: u32, vfs: u64) -> Vec<Bar> {
+    let b = u64::from(bus);
+    let base = 0x2000_0000_0000 + b * 0x40_0000_0000;
+    vec![
+        Bar {
+            index: 0,
+            start: 0xa000_0000 + (b % 0x40) * 0x0100_0000,
+            size: 16 << 20,
+            flags: MEM32,
+        },
+        Bar {
+            index: 1,
+            start: base,
+            size: 1 << bar1_shift,
+            flags: MEM64_PREF,
+        },
+        Bar {
+            index: 3,
+            start: base + (1 << bar1_shift),
+            size: 32 << 20,
+            flags: MEM64_PREF,
+        },
+        Bar {
+            index: 7,
+            start: 0xc000_0000 + (b % 0x08) * 0x2000_0000,
+            size: vfs * (16 << 20),
+            flags: MEM32,
+        },
+        Bar {
+            index: 8,
+            start: base + 0x20_0000_0000,
+            size: vfs << 30,
+            flags: MEM64_PREF,
+        },
+        Bar {
+            index: 10,
+            start: base + 0x30_0000_0000,
+            size: vfs * (32 << 20),
+            flags: MEM64_PREF,
+        },
+    ]
+}
+
+/// Writes an NVIDIA SR-IOV PF (VFs disabled) behind its own root port; returns its path.
+fn sriov_gpu(tree: &Tree, g: &SriovGpu) -> Result<String, SimError> {
+    let r = g.root_bus;
+    let gpu_bus = r + 1;
+    write_root_complex(tree, 0, r)?;
+    let port_path = format!("pci0000:{r:02x}/0000:{r:02x}:01.1");
+    write_pci(tree, &root_port(&port_path, gpu_bus, g.port_group, g.numa))?;
+    let gpu = PciFn {
+        path: format!("{port_path}/0000:{gpu_bus:02x}:00.0"),
+        vendor: VENDOR_NVIDIA,
+        device: g.device,
+        subsystem: (VENDOR_NVIDIA, g.subsystem),
+        class: 0x030200,
+        revision: 0xa1,
+        numa_node: g.numa,
+        driver: Some("nvidia"),
+        iommu_group: Some(g.port_group + 1),
+        bars: sriov_bars(gpu_bus, g.bar1_shift, 32),
+        secondary_bus: None,
+    };
+    let rel = write_pci(tree, &gpu)?;
+    write_sriov_pf(tree, &rel, 32, 4, 1, g.device, 1)?;
+    tree.file_if_missing(&format!("{rel}/sriov_numvfs"), "0\n", 0o644)?;
+    Ok(rel)
+}
+
+/// The SR-IOV attributes of a PF (`sriov_numvfs` is the caller's: it is state).
+pub(super) fn write_sriov_pf(
+    tree: &Tree,
+    rel: &str,
+    total: u32,
+    offset: u32,
+    stride: u32,
+    vf_device: u16,
+    autoprobe: u32,
+) -> Result<(), SimError> {
+    for (name, value) in [
+        ("sriov_totalvfs", format!("{total}\n")),
+        ("sriov_offset", format!("{offset}\n")),
+        ("sriov_stride", format!("{stride}\n")),
+        ("sriov_vf_device", format!("{vf_device:x}\n")),
+    ] {
+        tree.file(&format!("{rel}/{name}"), &value, 0o444)?;
+    }
+    tree.file_if_missing(
+        &format!("{rel}/sriov_drivers_autoprobe"),
+        &format!("{autoprobe}\n"),
+        0o644,
+    )
+}
+
+fn sriov_manage_standin(tree: &Tree) -> Result<(), SimError> {
+    tree.file("usr/lib/nvidia/sriov-manage", SRIOV_MANAGE_STANDIN, 0o755)
+}
+
+/// Writes `nvidia-l40s`.
+pub(super) fn l40s(tree: &Tree) -> Result<(), SimError> {
+    for (root_bus, numa, port_group) in [(0x40_u8, 0, 60_u32), (0xc0, 1, 62)] {
+        sriov_gpu(
+            tree,
+            &SriovGpu {
+                root_bus,
+                numa,
+                port_group,
+                device: 0x26b9,
+                subsystem: 0x1851,
+                bar1_shift: 36,
+            },
+        )?;
+    }
+    sriov_manage_standin(tree)
+}
+
+/// Writes `nvidia-a40`.
+pub(super) fn a40(tree: &Tree) -> Result<(), SimError> {
+    sriov_gpu(
+        tree,
+        &SriovGpu {
+            root_bus: 0xe7,
+            numa: 1,
+            port_group: 64,
+            device: 0x2235,
+            subsystem: 0x145a,
+            bar1_shift: 36,
+        },
+    )?;
+    sriov_manage_standin(tree)
 }

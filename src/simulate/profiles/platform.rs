@@ -1,9 +1,11 @@
-//! The part every profile shares: top-level directories, the PCI and mdev buses, an IOMMU, the
-//! host bridge and a dual-port 10 GbE NIC behind a root port (a non-GPU device that discovery
-//! must ignore).
+//! The part every profile shares: top-level directories, the PCI and mdev buses (with
+//! `drivers_probe`, `drivers_autoprobe` and the `vfio-pci` and `pci-pf-stub` drivers), an
+//! IOMMU, the host bridge and a dual-port 10 GbE NIC behind a root port (a non-GPU device that
+//! discovery must ignore).
 //!
 //! Directories outside `sys` (`etc`, `etc/mdevctl.d`, `usr/lib/mdevctl/scripts.d/{callouts,
-//! notifiers}`, `run`, `var/lib/vgpud`, `dev/vfio`) are only created when missing: what is in
+//! notifiers}`, `run`, `var/lib/vgpud`, `dev/vfio`, `dev/vfio/devices`) are only created when
+//! missing: what is in
 //! them survives writing a profile again, as configuration and state survive a reboot.
 //!
 //! | BDF          | device                          | class    | driver   | group | NUMA |
@@ -29,6 +31,9 @@ pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
         "run",
         "var/lib/vgpud",
         "dev/vfio",
+        // vfio's device cdevs (CONFIG_VFIO_DEVICE_CDEV) and their class: vfio-pci is loaded.
+        "dev/vfio/devices",
+        "sys/class/vfio-dev",
         "sys/bus/pci/devices",
         "sys/bus/pci/drivers",
         "sys/bus/mdev/devices",
@@ -41,6 +46,9 @@ pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
     }
     tree.link("sys/class/iommu/dmar0", "sys/devices/virtual/iommu/dmar0")?;
     tree.driver("pci", "vfio-pci")?;
+    tree.driver("pci", "pci-pf-stub")?;
+    tree.file_if_missing("sys/bus/pci/drivers_probe", "", 0o200)?;
+    tree.file_if_missing("sys/bus/pci/drivers_autoprobe", "1\n", 0o644)?;
     write_root_complex(tree, 0, 0)?;
 
     let host_bridge = PciFn {

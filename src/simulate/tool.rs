@@ -1,0 +1,340 @@
+//! Host tools the simulator carries out itself: NVIDIA's `sriov-manage`
+//! (`/usr/lib/nvidia/sriov-manage <-e|-d> <ssss:bb:dd.f|ALL>`), as the sequence of sysfs writes
+//! the real script makes, each one a [`Simulator::write`] (so each is atomic and takes the
+//! same code path as any other write).
+//!
+//! `-e BDF`: a function that is not an NVIDIA device exits 1 silently (the script's
+//! `sanitize_gpu_sbdf`); one without `sriov_numvfs` exits 0 silently; one whose base class is
+//! not 0x03 prints `This is not a VGA or 3D controller. Exiting.` on stderr and exits 1. With
+//! VFs already enabled it prints `GPU at BDF already has VFs enabled.` and exits 0. Otherwise
+//! it prints `Enabling VFs on BDF` and: unbinds the PF from its driver (the NVIDIA unbindLock
+//! is assumed to be granted: no NVML client holds a simulated GPU), writes the PF's
+//! `vvvv dddd` to `pci-pf-stub/new_id` (which binds it, and `EEXIST` is only reported), binds
+//! it to `pci-pf-stub` unless that happened, writes `sriov_totalvfs` to `sriov_numvfs`,
+//! unbinds it from `pci-pf-stub`, writes `remove_id`, binds it to `nvidia`; then binds every
+//! other function on the PF's bus to `nvidia`, unbinding it from another driver first.
+//!
+//! `-d BDF`: the same checks; `GPU at BDF already has VFs disabled.` when there are none; else
+//! `Disabling VFs on BDF`, every other function on the bus is unbound from `vfio-pci` and from
+//! `nvidia`, then the same `pci-pf-stub` sequence writes 0.
+//!
+//! `ALL`: every NVIDIA function `x:00.0` of class 0x0300 or 0x0302, in address order, each as
+//! its own run; the first failure ends it with its status.
+//!
+//! Where the real script goes on after a failed write (it has no `set -e`), the emulation stops
+//! at the first failed write, prints what failed on stderr, and exits 1.
+
+use std::io;
+
+use super::binding::{hex_attr, ids};
+use super::Simulator;
+use crate::host::{Host, ToolOutput};
+
+const USAGE: &str = "Usage:
+    /usr/lib/nvidia/sriov-manage <-e|-d> <ssss:bb:dd.f|ALL>
+        Enable/disable Virtual functions on the GPU specified by the PCI_ID=ssss:bb:dd.f.
+        If 'ALL' is specified in place of PCI_ID, operate on all the nvidia GPUs in the system.
+
+    /usr/lib/nvidia/sriov-manage -h
+        Print this help.
+";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Enable,
+    Disable,
+}
+
+/// `sriov-manage ARGS` on the simulated host.
+pub(crate) fn sriov_manage(sim: &Simulator, host: &Host, args: &[&str]) -> io::Result<ToolOutput> {
+    let mut mode = None;
+    let mut gpu = String::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.strip_prefix('-') {
+            Some(rest) if !rest.is_empty() => (rest.as_bytes()[0], &rest[1..]),
+            _ => break,
+        };
+        match flag {
+            b'h' => {
+                return Ok(ToolOutput {
+                    status: 0,
+                    stderr: USAGE.to_string(),
+                    ..ToolOutput::default()
+                })
+            }
+            b'e' | b'd' => {
+                let value = if inline.is_empty() {
+                    match it.next() {
+                        Some(v) => (*v).to_string(),
+                        None => return Ok(usage(1)),
+                    }
+                } else {
+                    inline.to_string()
+                };
+                mode = Some(if flag == b'e' {
+                    Mode::Enable
+                } else {
+                    Mode::Disable
+                });
+                gpu = value;
+            }
+            _ => return Ok(usage(1)),
+        }
+    }
+    let Some(mode) = mode else {
+        return Ok(usage(1));
+    };
+    if gpu.eq_ignore_ascii_case("all") {
+        let mut out = ToolOutput::default();
+        for bdf in all_gpus(host)? {
+            let one = run_one(sim, host, mode, &bdf)?;
+            out.stdout.push_str(&one.stdout);
+            out.stderr.push_str(&one.stderr);
+            if one.status != 0 {
+                out.status = one.status;
+                return Ok(out);
+            }
+        }
+        return Ok(out);
+    }
+    run_one(sim, host, mode, &gpu)
+}
+
+fn usage(status: i32) -> ToolOutput {
+    ToolOutput {
+        status,
+        stderr: USAGE.to_string(),
+        ..ToolOutput::default()
+    }
+}
+
+/// `lspci -Dd 10de: -s 0.0 -n | awk '$2 ~ /030[02]/'`.
+fn all_gpus(host: &Host) -> io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for bdf in host.list_dir(&host.sys("bus/pci/devices")).map_err(io_of)? {
+        let dir = host.sys(&format!("bus/pci/devices/{bdf}"));
+        let (v, _, class) = ids(&dir);
+        if v == 0x10de && bdf.ends_with(":00.0") && matches!(class >> 8, 0x0300 | 0x0302) {
+            out.push(bdf);
+        }
+    }
+    Ok(out)
+}
+
+fn io_of(e: crate::host::HostError) -> io::Error {
+    match e {
+        crate::host::HostError::Read { source, .. }
+        | crate::host::HostError::Write { source, .. } => source,
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+/// `lspci -D -d 10de: -s GPU`: the full address of an NVIDIA function, if there is one.
+fn sanitize(host: &Host, gpu: &str) -> Option<String> {
+    let gpu = gpu.to_ascii_lowercase();
+    let full = match gpu.matches(':').count() {
+        2 => gpu,
+        1 => format!("0000:{gpu}"),
+        _ => return None,
+    };
+    let dir = host.sys(&format!("bus/pci/devices/{full}"));
+    (dir.exists() && ids(&dir).0 == 0x10de).then_some(full)
+}
+
+/// One run of the script for one GPU.
+struct Run<'a> {
+    sim: &'a Simulator,
+    host: &'a Host,
+    out: ToolOutput,
+}
+
+impl Run<'_> {
+    /// `echo VALUE > PATH` (below `ROOT/sys`); a refusal ends the run with status 1.
+    fn echo(&mut self, rel: &str, value: &str) -> Result<(), ()> {
+        self.try_echo(rel, value)
+            .map_err(|e| self.fail(rel, value, &e))
+    }
+
+    fn try_echo(&self, rel: &str, value: &str) -> io::Result<()> {
+        self.sim
+            .write(self.host, &self.host.sys(rel), &format!("{value}\n"))
+    }
+
+    fn fail(&mut self, rel: &str, value: &str, e: &io::Error) {
+        self.out.stderr.push_str(&format!(
+            "sriov-manage: echo {value} > /sys/{rel}: write error: {}\n",
+            strerror(e)
+        ));
+        self.out.status = 1;
+    }
+
+    fn exists(&self, rel: &str) -> bool {
+        std::fs::symlink_metadata(self.host.sys(rel)).is_ok()
+    }
+
+    fn driver(&self, bdf: &str) -> Option<String> {
+        self.host
+            .link_name(&self.host.sys(&format!("bus/pci/devices/{bdf}/driver")))
+            .ok()
+            .flatten()
+    }
+
+    /// `set_numvfs GPU N`: through `pci-pf-stub`, back to `nvidia`.
+    fn set_numvfs(&mut self, gpu: &str, n: u32) -> Result<(), ()> {
+        if let Some(d) = self.driver(gpu) {
+            self.echo(&format!("bus/pci/drivers/{d}/unbind"), gpu)?;
+        }
+        let dev = self.host.sys(&format!("bus/pci/devices/{gpu}"));
+        let (v, d, _) = ids(&dev);
+        let id = format!("{v:04x} {d:04x}");
+        let new_id = "bus/pci/drivers/pci-pf-stub/new_id";
+        match self.try_echo(new_id, &id) {
+            Ok(()) => {}
+            // The script carries on: the id is there already.
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EEXIST as i32) => {
+                self.fail(new_id, &id, &e);
+                self.out.status = 0;
+            }
+            Err(e) => {
+                self.fail(new_id, &id, &e);
+                return Err(());
+            }
+        }
+        if !self.exists(&format!("bus/pci/drivers/pci-pf-stub/{gpu}")) {
+            self.echo("bus/pci/drivers/pci-pf-stub/bind", gpu)?;
+        }
+        self.echo(
+            &format!("bus/pci/devices/{gpu}/sriov_numvfs"),
+            &n.to_string(),
+        )?;
+        self.echo("bus/pci/drivers/pci-pf-stub/unbind", gpu)?;
+        self.echo("bus/pci/drivers/pci-pf-stub/remove_id", &id)?;
+        self.echo("bus/pci/drivers/nvidia/bind", gpu)
+    }
+
+    /// The other functions on the GPU's bus (`lspci -D -s ${gpu/00.0}`).
+    fn bus_functions(&self, gpu: &str) -> io::Result<Vec<String>> {
+        let prefix = match gpu.rsplit_once(':') {
+            Some((bus, _)) => format!("{bus}:"),
+            None => return Ok(Vec::new()),
+        };
+        Ok(self
+            .host
+            .list_dir(&self.host.sys("bus/pci/devices"))
+            .map_err(io_of)?
+            .into_iter()
+            .filter(|b| b.starts_with(&prefix) && b != gpu)
+            .collect())
+    }
+
+    fn enable(&mut self, gpu: &str) -> io::Result<Result<(), ()>> {
+        let dev = self.host.sys(&format!("bus/pci/devices/{gpu}"));
+        self.out
+            .stdout
+            .push_str(&format!("Enabling VFs on {gpu}\n"));
+        let total = u32::try_from(dec_file(&dev, "sriov_totalvfs")).unwrap_or(0);
+        if self.set_numvfs(gpu, total).is_err() {
+            return Ok(Err(()));
+        }
+        for vf in self.bus_functions(gpu)? {
+            if self.exists(&format!("bus/pci/drivers/nvidia/{vf}")) {
+                continue;
+            }
+            if self.driver(&vf).is_some() {
+                let r = self.echo(&format!("bus/pci/devices/{vf}/driver/unbind"), &vf);
+                if r.is_err() {
+                    return Ok(r);
+                }
+            }
+            let r = self.echo("bus/pci/drivers/nvidia/bind", &vf);
+            if r.is_err() {
+                return Ok(r);
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    fn disable(&mut self, gpu: &str) -> io::Result<Result<(), ()>> {
+        self.out
+            .stdout
+            .push_str(&format!("Disabling VFs on {gpu}\n"));
+        for vf in self.bus_functions(gpu)? {
+            for drv in ["vfio-pci", "nvidia"] {
+                if self.exists(&format!("bus/pci/drivers/{drv}/{vf}")) {
+                    let r = self.echo(&format!("bus/pci/drivers/{drv}/unbind"), &vf);
+                    if r.is_err() {
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+        Ok(self.set_numvfs(gpu, 0))
+    }
+}
+
+/// A decimal attribute (`sriov_totalvfs`, `sriov_numvfs`); 0 when unreadable.
+fn dec_file(dir: &std::path::Path, name: &str) -> u64 {
+    std::fs::read_to_string(dir.join(name))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn strerror(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => nix::errno::Errno::from_raw(n).desc().to_string(),
+        None => e.to_string(),
+    }
+}
+
+fn run_one(sim: &Simulator, host: &Host, mode: Mode, gpu: &str) -> io::Result<ToolOutput> {
+    let mut run = Run {
+        sim,
+        host,
+        out: ToolOutput::default(),
+    };
+    let Some(gpu) = sanitize(host, gpu) else {
+        run.out.status = 1;
+        return Ok(run.out);
+    };
+    let dev = host.sys(&format!("bus/pci/devices/{gpu}"));
+    if !dev.join("sriov_numvfs").exists() {
+        return Ok(run.out);
+    }
+    if hex_attr(&dev, "class").unwrap_or(0) >> 16 != 0x03 {
+        run.out
+            .stderr
+            .push_str("This is not a VGA or 3D controller. Exiting.\n");
+        run.out.status = 1;
+        return Ok(run.out);
+    }
+    if !run.exists("bus/pci/drivers/pci-pf-stub") {
+        run.out
+            .stderr
+            .push_str("modprobe: FATAL: Module pci-pf-stub not found.\n");
+        run.out.status = 1;
+        return Ok(run.out);
+    }
+    let numvfs = dec_file(&dev, "sriov_numvfs");
+    let result = match mode {
+        Mode::Enable if numvfs != 0 => {
+            run.out
+                .stdout
+                .push_str(&format!("GPU at {gpu} already has VFs enabled.\n"));
+            return Ok(run.out);
+        }
+        Mode::Disable if numvfs == 0 => {
+            run.out
+                .stdout
+                .push_str(&format!("GPU at {gpu} already has VFs disabled.\n"));
+            return Ok(run.out);
+        }
+        Mode::Enable => run.enable(&gpu)?,
+        Mode::Disable => run.disable(&gpu)?,
+    };
+    if result.is_err() {
+        run.out.status = 1;
+    }
+    Ok(run.out)
+}
