@@ -336,7 +336,17 @@ impl Engine {
             per_vf.push(types);
         }
         let refs: Vec<&Vec<MdevType>> = per_vf.iter().collect();
-        Ok(discovery::sum_vf_types(&refs))
+        // Each VF shows 0 or 1; the GPU's maximum counts the vGPUs already on its VFs.
+        let used = u32::try_from(self.devices_of(address).iter().filter(|d| d.active).count())
+            .unwrap_or(u32::MAX);
+        let mut types = discovery::sum_vf_types(&refs);
+        for t in &mut types {
+            let max = t.max_instances();
+            if max > 0 {
+                t.available_instances = t.available_instances.min(max.saturating_sub(used));
+            }
+        }
+        Ok(types)
     }
 
     /// The VFs of a physical GPU that are mdev parents, with their types, in address order.
