@@ -99,8 +99,16 @@ pub fn console_functions(host: &Host) -> HostResult<BTreeSet<String>> {
         if !fb.starts_with("fb") {
             continue;
         }
-        if let Some(dev) = host.link_name(&dir.join(&fb).join("device"))? {
-            out.insert(dev);
+        // The link may be written `../../../0000:01:00.0` or `../..`: resolve it.
+        let link = dir.join(&fb).join("device");
+        match host.resolve(&link) {
+            Ok(dev) => {
+                if let Some(name) = dev.file_name() {
+                    out.insert(name.to_string_lossy().into_owned());
+                }
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(out)
@@ -109,6 +117,18 @@ pub fn console_functions(host: &Host) -> HostResult<BTreeSet<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_console_is_found_through_its_framebuffer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::simulate::write_profile("passthrough", dir.path()).expect("profile");
+        let host = Host::new(dir.path());
+        let console = console_functions(&host).expect("read");
+        assert_eq!(
+            console.into_iter().collect::<Vec<_>>(),
+            vec!["0000:2d:00.0".to_string()]
+        );
+    }
 
     #[test]
     fn slots_drop_the_function() {

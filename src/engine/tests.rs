@@ -584,3 +584,21 @@ fn capacity_sums_what_each_gpu_can_take_now() {
         Err(EngineError::NotFound(_))
     ));
 }
+
+#[test]
+fn passthrough_refuses_the_console_gpu_and_shared_groups() {
+    let (_d, e) = engine(&["passthrough"]);
+    let pass = |parent: &str, force: bool| {
+        let mut r = req("passthrough");
+        r.parent = Some(parent.into());
+        r.force = force;
+        e.create_device(&r)
+    };
+    let err = pass("0000:2d:00.0", false).expect_err("console");
+    assert!(matches!(err, EngineError::Busy(_)), "{err}");
+    let err = pass("0000:33:00.0", false).expect_err("shared group");
+    assert!(matches!(err, EngineError::Unsafe(_)), "{err}");
+    let made = pass("0000:21:00.0", false).expect("clean");
+    assert_eq!(made.functions.len(), 2);
+    e.remove_device(&made.uuid).expect("remove");
+}
