@@ -227,7 +227,7 @@ impl Manager {
         opts.finish(CAPACITY_OPTIONS)?;
         req.validate().map_err(Error::from)?;
         let engine = self.engine.clone();
-        Ok(blocking(move || engine.capacity(&req)).await?)
+        blocking(move || engine.capacity(&req)).await
     }
 
     /// Removes a device by UUID: stops it if active and deletes its definition and record.

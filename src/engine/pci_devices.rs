@@ -100,9 +100,9 @@ impl Engine {
         };
         let states = self.vf_states(pf)?;
         if states.is_empty() {
-            return Ok(Outcome::Refused(format!(
-                "its SR-IOV virtual functions are not enabled (SetVfCount enables them)"
-            )));
+            return Ok(Outcome::Refused(
+                "its SR-IOV virtual functions are not enabled (SetVfCount enables them)".into(),
+            ));
         }
         let Some(vf) = states
             .iter()
