@@ -414,3 +414,43 @@ async fn amd_vfs_are_given_whole_and_their_count_is_the_drivers() {
         "back to no driver, as it was"
     );
 }
+
+#[tokio::test]
+async fn sriov_numvfs_follows_the_kernels_rules_and_intel_vfs_are_given_whole() {
+    let s = Setup::new(&["intel-sriov"]).await;
+    let m = s.manager().await;
+    let pf = "0000:00:02.0";
+    let gpu = gpu_proxy(&s.conn, pf).await;
+    assert_eq!(gpu.total_vfs().await.expect("TotalVfs"), 7);
+    let err = m
+        .set_vf_count(pf, 8, opts(&[]))
+        .await
+        .expect_err("above sriov_totalvfs");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    assert!(error_message(&err).contains("at most 7"), "{err}");
+    assert_eq!(busctl_set_vfs(&s, pf, 2), Ok(2));
+    assert_eq!(sys(&s, &format!("{pf}/sriov_numvfs")), "2");
+    let err = m
+        .set_vf_count(pf, 4, opts(&[]))
+        .await
+        .expect_err("non-zero to non-zero");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    assert!(error_message(&err).contains("set 0 first"), "{err}");
+    assert_eq!(
+        busctl_set_vfs(&s, pf, 2),
+        Ok(2),
+        "the same count is no change"
+    );
+
+    let vf = gpu.vfs().await.expect("Vfs")[1].clone();
+    assert_eq!(vf, "0000:00:02.2");
+    let uuid = busctl_create(&s, "passthrough", &[("parent", &vf)]).expect("a VF given whole");
+    let err = m
+        .set_vf_count(pf, 0, opts(&[]))
+        .await
+        .expect_err("a VF is in use");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    assert_eq!(busctl_set_vfs(&s, pf, 0), Ok(0));
+    assert_eq!(busctl_set_vfs(&s, pf, 4), Ok(4));
+}

@@ -46,6 +46,7 @@ const PCI_MODELS: &[(u16, u16, &str)] = &[
     (VENDOR_INTEL, 0x3e91, "UHD Graphics 630"),
     (VENDOR_INTEL, 0x3e92, "UHD Graphics 630"),
     (VENDOR_INTEL, 0x3e9b, "UHD Graphics 630 (Mobile)"),
+    (VENDOR_INTEL, 0x4680, "UHD Graphics 770"),
     // AMD
     (VENDOR_AMD, 0x74a1, "Instinct MI300X"),
     (VENDOR_AMD, 0x74b5, "Instinct MI300X VF"),

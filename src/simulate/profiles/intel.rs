@@ -63,3 +63,60 @@ pub(super) fn gvtg(tree: &Tree) -> Result<(), SimError> {
         .collect();
     write_mdev_parent(tree, &rel, igpu.bdf(), "intel_vgpu_mdev", &types)
 }
+
+/// Writes `intel-sriov`: an Intel UHD Graphics 770 (8086:4680, Alder Lake-S GT1, driver
+/// `i915` built with SR-IOV support, `i915.enable_guc=3 i915.max_vfs=7`; hardware.md §5.9) at
+/// `0000:00:02.0`, IOMMU group 1, with `sriov_totalvfs` 7, `sriov_numvfs` 0, VFs at
+/// `00:02.1` … `00:02.7` (offset 1, stride 1, device 0x4680) once enabled through
+/// `sriov_numvfs` (i915 has `sriov_configure`). `sriov_drivers_autoprobe` is 0, as the
+/// i915-sriov guides set it, so new VFs stay unbound for vfio-pci. It takes the address of
+/// `intel-gvtg`'s iGPU: the two profiles do not go into one root.
+pub(super) fn sriov(tree: &Tree) -> Result<(), SimError> {
+    let igpu = PciFn {
+        path: "pci0000:00/0000:00:02.0".into(),
+        vendor: VENDOR_INTEL,
+        device: 0x4680,
+        subsystem: (VENDOR_INTEL, 0x2212),
+        class: 0x030000,
+        revision: 0x0c,
+        numa_node: -1,
+        driver: Some("i915"),
+        iommu_group: Some(1),
+        bars: vec![
+            Bar {
+                index: 0,
+                start: 0x6000_0000_00,
+                size: 16 << 20,
+                flags: MEM64,
+            },
+            Bar {
+                index: 2,
+                start: 0x4000_0000_00,
+                size: 256 << 20,
+                flags: MEM64_PREF,
+            },
+            Bar {
+                index: 4,
+                start: 0xf000,
+                size: 0x40,
+                flags: IO,
+            },
+            Bar {
+                index: 7,
+                start: 0x6100_0000_00,
+                size: 7 * (16 << 20),
+                flags: MEM64,
+            },
+            Bar {
+                index: 9,
+                start: 0x4100_0000_00,
+                size: 7 * (256 << 20),
+                flags: MEM64_PREF,
+            },
+        ],
+        secondary_bus: None,
+    };
+    let rel = write_pci(tree, &igpu)?;
+    super::nvidia::write_sriov_pf(tree, &rel, 7, 1, 1, 0x4680, 0)?;
+    tree.file_if_missing(&format!("{rel}/sriov_numvfs"), "0\n", 0o644)
+}

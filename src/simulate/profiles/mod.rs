@@ -63,6 +63,10 @@ const PROFILES: &[(&str, &str)] = &[
         "passthrough",
         "three RTX A4000 for whole-GPU passthrough: a clean one, the console, one sharing a group with a NIC",
     ),
+    (
+        "intel-sriov",
+        "an Intel UHD Graphics 770 at 0000:00:02.0 with 7 SR-IOV VFs through sriov_numvfs (not with intel-gvtg)",
+    ),
 ];
 
 const NAMES: &[&str] = &[
@@ -75,6 +79,7 @@ const NAMES: &[&str] = &[
     "nvidia-a40",
     "amd-mxgpu",
     "passthrough",
+    "intel-sriov",
 ];
 
 /// The profiles there are, with a one-line description each.
@@ -115,6 +120,7 @@ pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
         "nvidia-l40s" => nvidia::l40s(&tree),
         "nvidia-a40" => nvidia::a40(&tree),
         "amd-mxgpu" => amd::mxgpu(&tree),
+        "intel-sriov" => intel::sriov(&tree),
         _ => passthrough::write(&tree),
     }
 }
