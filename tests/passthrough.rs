@@ -219,3 +219,39 @@ async fn a_persistent_passthrough_is_bound_again_after_a_reboot() {
     assert!(!dev.active().await.expect("Active"));
     m.remove_device(&uuid, opts(&[])).await.expect("remove");
 }
+
+#[tokio::test]
+async fn vdi_domains_take_passthrough_and_sriov_vgpu_devices() {
+    let s = Setup::new(&["passthrough", "nvidia-l40s"]).await;
+    let m = s.manager().await;
+    let (pt, _) = m
+        .create_device("passthrough", opts(&[("parent", CLEAN)]))
+        .await
+        .expect("passthrough");
+    m.set_vf_count("0000:41:00.0", 32, opts(&[]))
+        .await
+        .expect("VFs");
+    let (vgpu, _) = m
+        .create_device("L40S-8Q", opts(&[("parent", "0000:41:00.0")]))
+        .await
+        .expect("a vGPU on a VF");
+    let xml = m
+        .render_domain("vdi-pci", &[&vgpu, &pt], opts(&[]))
+        .await
+        .expect("RenderDomain");
+    assert_eq!(
+        xml.matches(r#"<hostdev mode="subsystem" type="pci" managed="no">"#)
+            .count(),
+        3,
+        "{xml}"
+    );
+    for address in [
+        r#"bus="0x41" slot="0x00" function="0x4""#,
+        r#"bus="0x21" slot="0x00" function="0x0""#,
+        r#"bus="0x21" slot="0x00" function="0x1""#,
+    ] {
+        assert!(xml.contains(address), "{address} in {xml}");
+    }
+    common::libvirt::assert_valid_domain(&xml);
+    common::libvirt::assert_defines(&xml);
+}

@@ -86,6 +86,49 @@ const RENDER_OPTIONS: &[&str] = &[
     "display",
 ];
 
+/// The domain's hostdevs of one device: an mdev; the VF of an SR-IOV vGPU (unmanaged: it
+/// stays on the NVIDIA driver); every function of a passthrough device (unmanaged: vgpud
+/// bound them to vfio-pci), the function asked for first.
+fn domain_devices(
+    dev: crate::engine::DeviceInfo,
+    display: bool,
+) -> std::result::Result<Vec<xml::DomainDevice>, EngineError> {
+    use crate::model::DeviceKind;
+    let pci = |address: String, dev: &crate::engine::DeviceInfo| xml::DomainDevice::Pci {
+        uuid: dev.uuid.clone(),
+        address,
+        managed: false,
+        type_id: dev.type_id.clone(),
+        parent: dev.parent.clone(),
+    };
+    match dev.kind {
+        DeviceKind::Mdev => Ok(vec![xml::DomainDevice::Mdev {
+            uuid: dev.uuid,
+            type_id: dev.type_id,
+            type_name: dev.type_name,
+            parent: dev.parent,
+            display,
+        }]),
+        DeviceKind::SriovVgpu => match dev.address.clone().filter(|_| dev.active) {
+            Some(vf) => Ok(vec![pci(vf, &dev)]),
+            None => Err(EngineError::NotFound(format!(
+                "device {} holds no VF while it is not active: start it first",
+                dev.uuid
+            ))),
+        },
+        DeviceKind::Passthrough => {
+            let mut addresses: Vec<String> =
+                dev.functions.iter().map(|f| f.address.clone()).collect();
+            addresses.sort();
+            if let Some(main) = &dev.address {
+                addresses.retain(|a| a != main);
+                addresses.insert(0, main.clone());
+            }
+            Ok(addresses.into_iter().map(|a| pci(a, &dev)).collect())
+        }
+    }
+}
+
 /// The "policy" option: "pack" or "spread".
 fn policy_option(opts: &mut OptionReader) -> Result<Option<Policy>> {
     match opts.string("policy")? {
@@ -379,13 +422,9 @@ impl Manager {
                 let dev = engine.device(&uuid).ok_or_else(|| {
                     EngineError::NotFound(format!("no device {uuid} on this host"))
                 })?;
-                domain.devices.push(xml::DomainDevice::Mdev {
-                    uuid: dev.uuid,
-                    type_id: dev.type_id,
-                    type_name: dev.type_name,
-                    parent: dev.parent,
-                    display: display && i == 0,
-                });
+                domain
+                    .devices
+                    .extend(domain_devices(dev, display && i == 0)?);
             }
             let store = xml::TemplateStore::new(Some(engine.host().etc("vgpud/templates")));
             xml::render_domain(&store, &template, &domain).map_err(|e| match e {

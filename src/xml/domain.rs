@@ -411,11 +411,15 @@ fn check_devices(devices: &[DomainDevice]) -> Result<Vec<Checked>, XmlError> {
                 }
             }
         };
-        if let Some(first) = uuids.insert(checked.uuid.clone(), index) {
-            return Err(collide(format!(
-                "UUID {} is already device {first}",
-                checked.uuid
-            )));
+        // The functions of one passthrough device share its UUID; nothing else may.
+        let is_pci = matches!(device, DomainDevice::Pci { .. });
+        if let Some((first, first_pci)) = uuids.insert(checked.uuid.clone(), (index, is_pci)) {
+            if !(is_pci && first_pci) {
+                return Err(collide(format!(
+                    "UUID {} is already device {first}",
+                    checked.uuid
+                )));
+            }
         }
         out.push(checked);
     }
