@@ -54,6 +54,55 @@ fn attach_to_a_running_domain_goes_live_and_into_its_config() {
 }
 
 #[test]
+fn a_passthrough_device_goes_in_function_by_function_and_out_in_reverse() {
+    let host = TestHost::new(&["passthrough"]);
+    let engine = Engine::new(Host::simulated(&host.root)).expect("engine");
+    let dev = engine
+        .create_device(&CreateRequest {
+            type_query: "passthrough".into(),
+            parent: Some("0000:21:00.0".into()),
+            ..Default::default()
+        })
+        .expect("passthrough");
+    let libvirt = FakeLibvirt::default().with_domain("vdi-1", RUNNING);
+    attach(
+        &engine,
+        &libvirt,
+        &dev.uuid,
+        "vdi-1",
+        AttachOptions::default(),
+    )
+    .expect("attach");
+    detach(
+        &engine,
+        &libvirt,
+        &dev.uuid,
+        "vdi-1",
+        AttachOptions::default(),
+    )
+    .expect("detach");
+    let calls = libvirt.calls();
+    let seen: Vec<(&str, bool)> = calls
+        .iter()
+        .map(|c| (c.op, c.xml.contains(r#"function="0x0" multifunction="on""#)))
+        .collect();
+    // Function 0 last in (the guest scans the slot when it appears) and first out.
+    assert_eq!(
+        seen,
+        vec![
+            ("attach", false),
+            ("attach", true),
+            ("detach", true),
+            ("detach", false)
+        ]
+    );
+    for c in &calls {
+        assert!(c.xml.contains(r#"managed="no""#), "{}", c.xml);
+        common::libvirt::assert_valid_hostdev(&c.xml);
+    }
+}
+
+#[test]
 fn a_shut_off_domain_gets_config_only_and_live_is_refused() {
     let (_h, engine, uuid) = engine();
     let libvirt = FakeLibvirt::default().with_domain("off", SHUT_OFF);
