@@ -7,10 +7,14 @@
 //! Run: `cargo bench --bench scan` (`VGPUD_BENCH_ROUNDS` sets the rounds, `VGPUD_BENCH_DIR`
 //! where the simulated tree goes; default /dev/shm).
 
+#[path = "common/bus.rs"]
+mod bus;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+
+use bus::{start_bus, Bus};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vgpud::discovery;
@@ -72,30 +76,6 @@ fn fill(host: &Host, limit: usize) -> usize {
         }
     }
     made
-}
-
-struct Bus(Child, String);
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_bus(dir: &Path) -> Bus {
-    let socket = dir.join("bus");
-    let mut child = Command::new("dbus-daemon")
-        .args(["--session", "--nofork", "--print-address=1"])
-        .arg(format!("--address=unix:path={}", socket.display()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("dbus-daemon (apt-get install dbus-daemon)");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("address");
-    Bus(child, line.trim().to_string())
 }
 
 use vgpud::dbus::client::ManagerProxy;

@@ -37,20 +37,14 @@ fn override_of(s: &Setup, address: &str) -> String {
     .to_string()
 }
 
-fn busctl_passthrough(s: &Setup, parent: &str) -> Result<String, String> {
-    s.busctl_manager(
-        "CreateDevice",
-        &["sa{sv}", "passthrough", "1", "parent", "s", parent],
-    )
-    .map(|d| d[0].as_str().expect("uuid").to_string())
-}
-
 #[tokio::test]
 async fn a_gpu_and_its_audio_function_go_to_vfio_pci_and_back() {
     let s = Setup::new(PASSTHROUGH).await;
     let m = s.manager().await;
     assert_eq!(driver(&s, CLEAN).as_deref(), Some("nvidia"));
-    let uuid = busctl_passthrough(&s, CLEAN).expect("busctl CreateDevice passthrough");
+    let uuid = s
+        .busctl_create("passthrough", &[("parent", CLEAN)])
+        .expect("busctl CreateDevice passthrough");
     let dev = device_proxy(&s.conn, &uuid).await;
     assert_eq!(dev.kind().await.expect("Kind"), "passthrough");
     assert_eq!(dev.address().await.expect("Address"), CLEAN);

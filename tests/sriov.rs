@@ -49,21 +49,6 @@ fn busctl_set_vfs(s: &Setup, gpu: &str, count: u32) -> Result<u64, String> {
         .map(|d| d[0].as_u64().expect("a count"))
 }
 
-/// busctl CreateDevice with string options; the UUID.
-fn busctl_create(s: &Setup, ty: &str, options: &[(&str, &str)]) -> Result<String, String> {
-    let mut args = vec![
-        "sa{sv}".to_string(),
-        ty.to_string(),
-        options.len().to_string(),
-    ];
-    for (k, v) in options {
-        args.extend([k.to_string(), "s".to_string(), v.to_string()]);
-    }
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    s.busctl_manager("CreateDevice", &refs)
-        .map(|d| d[0].as_str().expect("uuid").to_string())
-}
-
 #[tokio::test]
 async fn l40s_vgpus_live_on_vfs_enabled_through_sriov_manage() {
     let s = Setup::new(L40S).await;
@@ -113,12 +98,12 @@ async fn l40s_vgpus_live_on_vfs_enabled_through_sriov_manage() {
     assert_eq!(available(&s, &pf, "L40S-4Q").await, 12);
 
     // A vGPU: a free VF gets the type id and the params; the uuid is vgpud's handle.
-    let uuid = busctl_create(
-        &s,
-        "L40S-4Q",
-        &[("parent", &pf), ("params", "frame_rate_limiter=0")],
-    )
-    .expect("busctl CreateDevice");
+    let uuid = s
+        .busctl_create(
+            "L40S-4Q",
+            &[("parent", &pf), ("params", "frame_rate_limiter=0")],
+        )
+        .expect("busctl CreateDevice");
     let dev = device_proxy(&s.conn, &uuid).await;
     assert_eq!(dev.kind().await.expect("Kind"), "sriov-vgpu");
     assert_eq!(dev.parent().await.expect("Parent"), pf);
@@ -344,7 +329,9 @@ async fn a40_mdevs_live_on_its_vfs_and_the_gpu_lists_them_as_one() {
         24,
         "capped at the type's maximum"
     );
-    let uuid = busctl_create(&s, "A40-2Q", &[("parent", &pf)]).expect("create");
+    let uuid = s
+        .busctl_create("A40-2Q", &[("parent", &pf)])
+        .expect("create");
     let dev = device_proxy(&s.conn, &uuid).await;
     assert_eq!(dev.kind().await.expect("Kind"), "mdev");
     let parent = dev.parent().await.expect("Parent");
@@ -393,7 +380,9 @@ async fn amd_vfs_are_given_whole_and_their_count_is_the_drivers() {
     assert!(error_message(&err).contains("vf_num"), "{err}");
 
     let vf = gpu.vfs().await.expect("Vfs")[2].clone();
-    let uuid = busctl_create(&s, "passthrough", &[("parent", &vf)]).expect("create");
+    let uuid = s
+        .busctl_create("passthrough", &[("parent", &vf)])
+        .expect("create");
     let dev = device_proxy(&s.conn, &uuid).await;
     assert_eq!(dev.kind().await.expect("Kind"), "passthrough");
     assert_eq!(dev.address().await.expect("Address"), vf);
@@ -444,7 +433,9 @@ async fn sriov_numvfs_follows_the_kernels_rules_and_intel_vfs_are_given_whole() 
 
     let vf = gpu.vfs().await.expect("Vfs")[1].clone();
     assert_eq!(vf, "0000:00:02.2");
-    let uuid = busctl_create(&s, "passthrough", &[("parent", &vf)]).expect("a VF given whole");
+    let uuid = s
+        .busctl_create("passthrough", &[("parent", &vf)])
+        .expect("a VF given whole");
     let err = m
         .set_vf_count(pf, 0, opts(&[]))
         .await

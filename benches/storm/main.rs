@@ -16,11 +16,15 @@
 
 mod trace;
 
+#[path = "../common/bus.rs"]
+mod bus;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+
+use bus::{start_bus, Bus};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use vgpud::dbus::client::ManagerProxy;
@@ -78,30 +82,6 @@ fn bench_host(profile: &str) -> BenchHost {
         _disk: disk,
         root,
     }
-}
-
-struct Bus(Child, String);
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_bus(dir: &Path) -> Bus {
-    let socket = dir.join("bus");
-    let mut child = Command::new("dbus-daemon")
-        .args(["--session", "--nofork", "--print-address=1"])
-        .arg(format!("--address=unix:path={}", socket.display()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("dbus-daemon (apt-get install dbus-daemon)");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("address");
-    Bus(child, line.trim().to_string())
 }
 
 struct Daemon(Child);
@@ -197,20 +177,20 @@ async fn create_storm(conns: &[zbus::Connection]) -> Storm {
     storm
 }
 
-async fn remove_storm(conns: &[zbus::Connection], uuids: Vec<String>) -> Storm {
+/// Runs `call` once per item at once, the calls spread over the connections; the wall time
+/// and each call's latency (what `call` measures).
+async fn timed<T, F, Fut>(conns: &[zbus::Connection], items: Vec<T>, call: F) -> Storm
+where
+    T: Send + 'static,
+    F: Fn(zbus::Connection, T) -> Fut,
+    Fut: std::future::Future<Output = f64> + Send + 'static,
+{
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for (i, uuid) in uuids.into_iter().enumerate() {
-        let conn = conns[i % conns.len()].clone();
-        tasks.push(tokio::spawn(async move {
-            let m = ManagerProxy::new(&conn).await.expect("proxy");
-            let t = Instant::now();
-            m.remove_device(&uuid, HashMap::new())
-                .await
-                .expect("RemoveDevice");
-            ms(t.elapsed())
-        }));
-    }
+    let tasks: Vec<_> = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| tokio::spawn(call(conns[i % conns.len()].clone(), item)))
+        .collect();
     let mut latencies = Vec::new();
     for t in tasks {
         latencies.push(t.await.expect("task"));
@@ -223,33 +203,31 @@ async fn remove_storm(conns: &[zbus::Connection], uuids: Vec<String>) -> Storm {
     }
 }
 
+async fn remove_storm(conns: &[zbus::Connection], uuids: Vec<String>) -> Storm {
+    timed(conns, uuids, |conn, uuid| async move {
+        let m = ManagerProxy::new(&conn).await.expect("proxy");
+        let t = Instant::now();
+        m.remove_device(&uuid, HashMap::new())
+            .await
+            .expect("RemoveDevice");
+        ms(t.elapsed())
+    })
+    .await
+}
+
 async fn ping_storm(conns: &[zbus::Connection]) -> Storm {
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..STORM {
-        let conn = conns[i % conns.len()].clone();
-        tasks.push(tokio::spawn(async move {
-            let peer = zbus::fdo::PeerProxy::builder(&conn)
-                .destination("org.vgpud1")
-                .path("/org/vgpud1")
-                .build()
-                .await
-                .expect("peer");
-            let t = Instant::now();
-            peer.ping().await.expect("Ping");
-            ms(t.elapsed())
-        }));
-    }
-    let mut latencies = Vec::new();
-    for t in tasks {
-        latencies.push(t.await.expect("task"));
-    }
-    Storm {
-        wall_ms: ms(started.elapsed()),
-        latencies,
-        made: Vec::new(),
-        refused: 0,
-    }
+    timed(conns, vec![(); STORM], |conn, ()| async move {
+        let peer = zbus::fdo::PeerProxy::builder(&conn)
+            .destination("org.vgpud1")
+            .path("/org/vgpud1")
+            .build()
+            .await
+            .expect("peer");
+        let t = Instant::now();
+        peer.ping().await.expect("Ping");
+        ms(t.elapsed())
+    })
+    .await
 }
 
 fn per_s(calls: usize, wall_ms: f64) -> f64 {

@@ -158,16 +158,21 @@ pub fn write_all_atomic(files: &[FileWrite]) -> PersistResult<()> {
             return Err(io_err("syncing", tmp)(e));
         }
     }
-    let mut dirs: Vec<&Path> = Vec::new();
     for (i, (tmp, path, _)) in staged.iter().enumerate() {
         if let Err(e) = fs::rename(tmp, path) {
             cleanup(&staged[i..]);
             return Err(io_err("renaming into place", path)(e));
         }
-        if let Some(dir) = path.parent() {
-            if !dirs.contains(&dir) {
-                dirs.push(dir);
-            }
+    }
+    sync_parents(staged.iter().map(|(_, path, _)| *path))
+}
+
+/// Syncs the directory of each path, each directory once.
+fn sync_parents<'a>(paths: impl Iterator<Item = &'a Path>) -> PersistResult<()> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    for dir in paths.filter_map(Path::parent) {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
         }
     }
     for dir in dirs {
@@ -178,20 +183,13 @@ pub fn write_all_atomic(files: &[FileWrite]) -> PersistResult<()> {
 
 /// Removes every file of `paths` that exists, then syncs each directory once.
 pub fn remove_all_durable(paths: &[PathBuf]) -> PersistResult<()> {
-    let mut dirs: Vec<&Path> = Vec::new();
+    let mut removed = Vec::new();
     for path in paths {
         if remove_lazy(path)? {
-            if let Some(dir) = path.parent() {
-                if !dirs.contains(&dir) {
-                    dirs.push(dir);
-                }
-            }
+            removed.push(path.as_path());
         }
     }
-    for dir in dirs {
-        sync_dir(dir)?;
-    }
-    Ok(())
+    sync_parents(removed.into_iter())
 }
 
 /// Removes `path`; it is gone for good at the next sync of its directory (any later durable
@@ -238,6 +236,27 @@ pub fn sweep_temporaries(dir: &Path) -> PersistResult<usize> {
 
 /// Reads every `*.json` file of `dir` as a `T`; a missing directory holds none. A file
 /// that does not parse is an error naming it.
+/// Every file of `dir` read by [`read_json_dir`], refusing one whose format `version` is
+/// newer than `supported`, so vgpud never silently drops what a newer vgpud wrote.
+pub(crate) fn read_versioned_dir<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    supported: u32,
+    version: impl Fn(&T) -> u32,
+) -> PersistResult<Vec<T>> {
+    let mut out = Vec::new();
+    for (file, record) in read_json_dir::<T>(dir)? {
+        let v = version(&record);
+        if v > supported {
+            return Err(PersistError::Malformed {
+                path: file,
+                reason: format!("format version {v} is newer than this vgpud's {supported}"),
+            });
+        }
+        out.push(record);
+    }
+    Ok(out)
+}
+
 pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
     dir: &Path,
 ) -> PersistResult<Vec<(PathBuf, T)>> {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{remove_durable, write_atomic, PersistError, PersistResult};
+use super::{remove_durable, write_atomic, PersistResult};
 use crate::host::Host;
 
 /// The format version of VF count records.
@@ -51,19 +51,7 @@ pub fn remove(host: &Host, pf: &str) -> PersistResult<bool> {
 
 /// Every recorded VF count, by address; a newer format version is an error.
 pub fn read_all(host: &Host) -> PersistResult<Vec<VfCount>> {
-    let mut out = Vec::new();
-    for (file, record) in super::read_json_dir::<VfCount>(&dir(host))? {
-        if record.version > VERSION {
-            return Err(PersistError::Malformed {
-                path: file,
-                reason: format!(
-                    "format version {} is newer than this vgpud's {VERSION}",
-                    record.version
-                ),
-            });
-        }
-        out.push(record);
-    }
+    let mut out = super::read_versioned_dir(&dir(host), VERSION, |r: &VfCount| r.version)?;
     out.sort_by(|a, b| a.pf.cmp(&b.pf));
     Ok(out)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{remove_durable, write_atomic, PersistError, PersistResult};
+use super::{remove_durable, write_atomic, PersistResult};
 use crate::host::Host;
 
 /// The format version of device records.
@@ -110,19 +110,7 @@ pub fn remove(host: &Host, uuid: &str) -> PersistResult<bool> {
 /// Reads every record; a record of a newer version or a malformed one is an error, so vgpud
 /// never silently drops what a newer vgpud wrote.
 pub fn read_all(host: &Host) -> PersistResult<Vec<DeviceRecord>> {
-    let mut out = Vec::new();
-    for (file, record) in super::read_json_dir::<DeviceRecord>(&dir(host))? {
-        if record.version > VERSION {
-            return Err(PersistError::Malformed {
-                path: file,
-                reason: format!(
-                    "format version {} is newer than this vgpud's {VERSION}",
-                    record.version
-                ),
-            });
-        }
-        out.push(record);
-    }
+    let mut out = super::read_versioned_dir(&dir(host), VERSION, |r: &DeviceRecord| r.version)?;
     out.sort_by(|a, b| a.uuid.cmp(&b.uuid));
     Ok(out)
 }

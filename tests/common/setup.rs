@@ -62,4 +62,20 @@ impl Setup {
             .busctl_call("/org/vgpud1", "org.vgpud1.Manager", method, args)
             .map(|v| v["data"].clone())
     }
+
+    /// `busctl call … CreateDevice` with string options; the new device's UUID, or the error
+    /// text.
+    pub fn busctl_create(&self, ty: &str, options: &[(&str, &str)]) -> Result<String, String> {
+        let mut args = vec![
+            "sa{sv}".to_string(),
+            ty.to_string(),
+            options.len().to_string(),
+        ];
+        for (k, v) in options {
+            args.extend([k.to_string(), "s".to_string(), v.to_string()]);
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.busctl_manager("CreateDevice", &refs)
+            .map(|d| d[0].as_str().expect("uuid").to_string())
+    }
 }

@@ -85,13 +85,13 @@ pub(super) fn sriov(tree: &Tree) -> Result<(), SimError> {
         bars: vec![
             Bar {
                 index: 0,
-                start: 0x6000_0000_00,
+                start: 0x0060_0000_0000,
                 size: 16 << 20,
                 flags: MEM64,
             },
             Bar {
                 index: 2,
-                start: 0x4000_0000_00,
+                start: 0x0040_0000_0000,
                 size: 256 << 20,
                 flags: MEM64_PREF,
             },
@@ -103,13 +103,13 @@ pub(super) fn sriov(tree: &Tree) -> Result<(), SimError> {
             },
             Bar {
                 index: 7,
-                start: 0x6100_0000_00,
+                start: 0x0061_0000_0000,
                 size: 7 * (16 << 20),
                 flags: MEM64,
             },
             Bar {
                 index: 9,
-                start: 0x4100_0000_00,
+                start: 0x0041_0000_0000,
                 size: 7 * (256 << 20),
                 flags: MEM64_PREF,
             },
