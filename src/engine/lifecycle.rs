@@ -61,18 +61,26 @@ impl Engine {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let claim = self.claim(&uuid, true)?;
-        // A host with no room says so at once, without touching the disk.
+        // A host with no room says so at once, without touching the disk. The GPUs before
+        // the first with room are left out; from it on, each is tried under its lock.
         let mut refusals = Vec::new();
-        let mut open: Vec<&(String, MdevType)> = Vec::new();
-        for candidate in &candidates {
+        let mut first_open = None;
+        for (i, candidate) in candidates.iter().enumerate() {
             match self.room_for(&candidate.0, &candidate.1)? {
-                None => open.push(candidate),
+                None => {
+                    first_open = Some(i);
+                    break;
+                }
                 Some(reason) => refusals.push(Refusal {
                     gpu: candidate.0.clone(),
                     reason,
                 }),
             }
         }
+        let open: Vec<&(String, MdevType)> = match first_open {
+            Some(i) => candidates[i..].iter().collect(),
+            None => Vec::new(),
+        };
         if open.is_empty() {
             return Err(EngineError::NoCapacity {
                 type_query: req.type_query.clone(),
