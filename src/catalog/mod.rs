@@ -444,6 +444,29 @@ pub fn nvidia_types() -> &'static [NvidiaTypeInfo] {
     })
 }
 
+/// The framebuffer of a board in GiB (`L40S` → 48), if vgpud knows the board.
+pub fn nvidia_board_framebuffer_gib(board: &str) -> Option<u64> {
+    nvidia_board_types(board)
+        .iter()
+        .map(|t| t.framebuffer_mib / 1024)
+        .max()
+}
+
+/// In NVIDIA's heterogeneous (mixed-size) mode, where a vGPU of `type_gib` may sit on a board
+/// of `board_gib`: (placement size, number of placements). The board is cut into `2^k`
+/// placements (k = 4, 3, … 0, the most that still hold the type) of `board_gib / 2^k` GiB
+/// (whole GiB); placement ids are multiples of the size, and vGPUs' placements do not
+/// overlap. This reproduces every mixed-size maximum hardware.md §5 gives (48 GB boards: 4C 8,
+/// 6C 8, 8C 4, 12C 4, 16C 2, 24C 2; 80 GB: 4C 16, 8C 8, 16C 4; 94 GB: 4C 16, 6C 8, 15C 4;
+/// 16 GB: 4C 4, 8C 2) and the L4-6Q example (size 6, ids 0 6 12 18); for Q, B and A types the
+/// same rule is assumed [I].
+pub fn nvidia_placement(board_gib: u64, type_gib: u64) -> Option<(u64, u64)> {
+    (0..=4u32)
+        .rev()
+        .map(|k| (board_gib >> k, 1u64 << k))
+        .find(|(size, _)| *size >= type_gib && *size > 0)
+}
+
 /// The types of one board, by the name prefix without the vendor word (`RTX6000`, `T4`, `A40`).
 pub fn nvidia_board_types(board: &str) -> Vec<&'static NvidiaTypeInfo> {
     nvidia_types()
@@ -770,5 +793,29 @@ mod tests {
         );
         assert_eq!(gvtg_type_by_name("GVTg_V5_8").map(|t| t.weight), Some(2));
         assert!(gvtg_type_by_name("GVTg_V5_3").is_none());
+    }
+
+    #[test]
+    fn placement_sizes_give_the_documented_mixed_size_maxima() {
+        let max = |board: u64, ty: u64| nvidia_placement(board, ty).expect("fits").1;
+        for (ty, expected) in [(4, 8), (6, 8), (8, 4), (12, 4), (16, 2), (24, 2), (48, 1)] {
+            assert_eq!(max(48, ty), expected, "48 GB board, {ty} GB type");
+        }
+        for (ty, expected) in [(4, 16), (8, 8), (10, 8), (16, 4), (20, 4), (40, 2), (80, 1)] {
+            assert_eq!(max(80, ty), expected, "80 GB board, {ty} GB type");
+        }
+        for (ty, expected) in [(4, 16), (6, 8), (15, 4), (94, 1)] {
+            assert_eq!(max(94, ty), expected, "94 GB board, {ty} GB type");
+        }
+        for (ty, expected) in [(4, 4), (8, 2), (16, 1)] {
+            assert_eq!(max(16, ty), expected, "16 GB board, {ty} GB type");
+        }
+        assert_eq!(
+            nvidia_placement(24, 6),
+            Some((6, 4)),
+            "L4-6Q: size 6, ids 0 6 12 18"
+        );
+        assert_eq!(nvidia_placement(48, 49), None);
+        assert_eq!(nvidia_board_framebuffer_gib("L40S"), Some(48));
     }
 }

@@ -210,6 +210,8 @@ pub(crate) struct Entry {
     /// `VgpuType`: the value before and after.
     pub(crate) old: Option<String>,
     pub(crate) new: Option<String>,
+    /// `VgpuType` in heterogeneous mode: the placement id the new vGPU takes.
+    pub(crate) placement: Option<u64>,
 }
 
 impl Entry {
@@ -231,6 +233,7 @@ impl Entry {
             id: None,
             old: None,
             new: None,
+            placement: None,
         }
     }
 
@@ -271,6 +274,9 @@ impl Entry {
             }
             if let Some(n) = self.count {
                 lines.push(format!("count={n}"));
+            }
+            if let Some(at) = self.placement {
+                lines.push(format!("placement={at}"));
             }
             for (key, value) in [("id", &self.id), ("old", &self.old), ("new", &self.new)] {
                 if let Some(v) = value {
@@ -340,6 +346,7 @@ impl Entry {
                 "path" => entry.path = sys.join(value),
                 "dev" => entry.devs.push(sys.join(value)),
                 "count" => entry.count = Some(value.parse().ok()?),
+                "placement" => entry.placement = Some(value.parse().ok()?),
                 "id" => entry.id = Some(value.to_string()),
                 "old" => entry.old = Some(value.to_string()),
                 "new" => entry.new = Some(value.to_string()),

@@ -49,7 +49,8 @@
 //!   permission bits, as kernfs refuses writes to attributes with no store method).
 //!
 //! [`Simulator::run_tool`] carries out NVIDIA's `sriov-manage` as the sequence of such writes
-//! the real script makes, each one atomic (`tool.rs`).
+//! the real script makes, each one atomic, and `nvidia-smi vgpu -i <gpu> -shm <0|1>`, the
+//! switch of a GPU's heterogeneous vGPU mode (`tool.rs`).
 //!
 //! Every write with more than one side effect is journaled: a bind (also by `drivers_probe` or
 //! `new_id`), VF enablement and setting a vGPU type are undone by recovery; an unbind, VF
@@ -164,6 +165,11 @@ impl Simulator {
     ) -> io::Result<crate::host::ToolOutput> {
         match program.file_name().and_then(|n| n.to_str()) {
             Some("sriov-manage") => tool::sriov_manage(self, host, args),
+            Some("nvidia-smi") => {
+                // The driver's state changes: serialized with every other simulated write.
+                let _guard = lock_tree(host.root())?;
+                tool::nvidia_smi(host, args)
+            }
             _ => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("the simulator does not emulate {}", program.display()),

@@ -685,6 +685,79 @@ fn current_vgpu_type_follows_the_driver() {
     assert_same(&snapshot(dir.path()), &enabled, "after release");
 }
 
+fn nvidia_smi(host: &Host, args: &[&str]) -> crate::host::ToolOutput {
+    host.run_tool(&host.root().join("usr/bin/nvidia-smi"), args)
+        .expect("run")
+}
+
+#[test]
+fn heterogeneous_mode_places_mixed_sizes_without_overlap() {
+    let (_dir, host) = host("nvidia-l40s");
+    let shm = |on: &str| nvidia_smi(&host, &["vgpu", "-i", "00000000:41:00.0", "-shm", on]);
+    assert_eq!(shm("1").status, 3, "no VFs yet: not supported");
+    assert_eq!(sriov_manage(&host, &["-e", L40S0]).status, 0);
+    let out = shm("1");
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout,
+        "Enabled vGPU heterogeneous mode for GPU 00000000:41:00.0\n"
+    );
+    let vfs = vfs_of("41");
+    let placement = |vf: &str| attr(&host, vf, "nvidia/placement_id");
+    // 8Q: placement size 12 of 48; 4Q: 6; 1Q: 3.
+    set_type(&host, &vfs[0], "1152").expect("8Q");
+    assert_eq!(placement(&vfs[0]), "0\n");
+    assert!(creatable(&host, &vfs[1]).contains(&1150), "4Q next to 8Q");
+    assert!(creatable(&host, &vfs[1]).contains(&1147), "1Q next to 8Q");
+    set_type(&host, &vfs[1], "1150").expect("4Q");
+    assert_eq!(
+        placement(&vfs[1]),
+        "12\n",
+        "the lowest free 6 GiB placement"
+    );
+    write(
+        &host,
+        &format!("bus/pci/devices/{}/nvidia/vgpu_params", vfs[2]),
+        "vgpu-placement-id=13",
+    )
+    .expect("params");
+    assert_eq!(
+        set_type(&host, &vfs[2], "1150"),
+        e(Errno::EIO),
+        "not aligned"
+    );
+    write(
+        &host,
+        &format!("bus/pci/devices/{}/nvidia/vgpu_params", vfs[2]),
+        "vgpu-placement-id=30",
+    )
+    .expect("params");
+    set_type(&host, &vfs[2], "1150").expect("4Q at 30");
+    assert_eq!(placement(&vfs[2]), "30\n");
+    assert!(
+        !creatable(&host, &vfs[3]).contains(&1156),
+        "48Q needs the whole GPU"
+    );
+    assert_eq!(shm("0").status, 3, "vGPUs are active");
+    // Releasing frees the placement.
+    set_type(&host, &vfs[0], "0").expect("release 8Q");
+    assert!(!dev(&host, &vfs[0]).join("nvidia/placement_id").exists());
+    set_type(&host, &vfs[3], "1152").expect("8Q again");
+    assert_eq!(placement(&vfs[3]), "0\n");
+    for vf in [&vfs[1], &vfs[2], &vfs[3]] {
+        set_type(&host, vf, "0").expect("release");
+    }
+    // sriov-manage starts the driver afresh: back to equal-size mode.
+    assert_eq!(sriov_manage(&host, &["-d", L40S0]).status, 0);
+    assert_eq!(sriov_manage(&host, &["-e", L40S0]).status, 0);
+    set_type(&host, &vfs[0], "1152").expect("8Q");
+    assert_eq!(
+        creatable(&host, &vfs[1]),
+        vec![1152, 1162],
+        "equal size again"
+    );
+}
+
 #[test]
 fn a_full_gpu_lists_only_the_header() {
     let (_dir, host) = host("nvidia-l40s");

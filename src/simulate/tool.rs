@@ -180,8 +180,16 @@ impl Run<'_> {
             .flatten()
     }
 
-    /// `set_numvfs GPU N`: through `pci-pf-stub`, back to `nvidia`.
+    /// `set_numvfs GPU N`: through `pci-pf-stub`, back to `nvidia`. The GPU's driver starts
+    /// afresh, so its heterogeneous mode is gone (hardware.md §2.4: sriov-manage resets it).
     fn set_numvfs(&mut self, gpu: &str, n: u32) -> Result<(), ()> {
+        let dev = self.host.sys(&format!("bus/pci/devices/{gpu}"));
+        if let Some(marker) = std::fs::canonicalize(&dev)
+            .ok()
+            .and_then(|d| super::vgpu::mode_marker(&d))
+        {
+            let _ = std::fs::remove_file(marker);
+        }
         if let Some(d) = self.driver(gpu) {
             self.echo(&format!("bus/pci/drivers/{d}/unbind"), gpu)?;
         }
@@ -274,6 +282,90 @@ impl Run<'_> {
 }
 
 /// A decimal attribute (`sriov_totalvfs`, `sriov_numvfs`); 0 when unreadable.
+/// `nvidia-smi vgpu -i <gpu> -shm <0|1>` on the simulated host: turns the heterogeneous
+/// (mixed-size) vGPU mode of one GPU on or off, as the NVIDIA driver keeps it (see
+/// `vgpu.rs`). `<gpu>` is a PCI bus id (`00000000:41:00.0` or `0000:41:00.0`). It refuses,
+/// exiting 3 ("not supported") for a GPU whose VFs do not use the vendor-specific VFIO
+/// framework or have none enabled, and exiting 3 while any VF has a vGPU (an assumption: NVIDIA
+/// documents that the mode is set before any vGPU is made). Other arguments: exit 2.
+pub(crate) fn nvidia_smi(host: &Host, args: &[&str]) -> io::Result<ToolOutput> {
+    let bad = |status: i32, message: String| ToolOutput {
+        status,
+        stderr: message,
+        ..ToolOutput::default()
+    };
+    let (gpu, on) = match args {
+        ["vgpu", "-i", gpu, "-shm", v] if *v == "0" || *v == "1" => (*gpu, *v == "1"),
+        _ => {
+            return Ok(bad(
+                2,
+                format!(
+                    "Invalid combination of input arguments: {}\n",
+                    args.join(" ")
+                ),
+            ))
+        }
+    };
+    let address = match gpu.matches(':').count() {
+        2 => gpu
+            .rsplit_once(':')
+            .map_or(gpu.to_string(), |(domain_bus, f)| {
+                let (domain, bus) = domain_bus.split_once(':').unwrap_or(("0", domain_bus));
+                let domain = u32::from_str_radix(domain, 16).unwrap_or(0);
+                format!("{domain:04x}:{bus}:{f}").to_ascii_lowercase()
+            }),
+        _ => return Ok(bad(2, format!("Invalid PCI bus id {gpu}\n"))),
+    };
+    let dir = host.sys(&format!("bus/pci/devices/{address}"));
+    let Ok(pf) = std::fs::canonicalize(&dir) else {
+        return Ok(bad(6, format!("No GPU with PCI bus id {gpu} is found.\n")));
+    };
+    let vfs = super::binding::virtfns(&pf)?;
+    let vendor_vfio = vfs
+        .iter()
+        .any(|vf| vf.join("nvidia/current_vgpu_type").is_file());
+    if ids(&pf).0 != 0x10de || !vendor_vfio {
+        return Ok(bad(
+            3,
+            format!("vGPU heterogeneous mode is not supported for GPU {gpu}.\n"),
+        ));
+    }
+    let busy = vfs.iter().any(|vf| {
+        std::fs::read_to_string(vf.join("nvidia/current_vgpu_type")).is_ok_and(|s| s.trim() != "0")
+    });
+    if busy {
+        return Ok(bad(
+            3,
+            format!("Unable to change vGPU heterogeneous mode for GPU {gpu}: vGPU instances are active.\n"),
+        ));
+    }
+    let Some(marker) = super::vgpu::mode_marker(&pf) else {
+        return Ok(bad(3, format!("No driver state for GPU {gpu}.\n")));
+    };
+    if on {
+        if let Some(dir) = marker.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&marker, "1\n")?;
+    } else {
+        match std::fs::remove_file(&marker) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    super::vgpu::refresh_pf(&pf)?;
+    Ok(ToolOutput {
+        status: 0,
+        stdout: format!(
+            "{} vGPU heterogeneous mode for GPU 0000{}\n",
+            if on { "Enabled" } else { "Disabled" },
+            address.to_ascii_uppercase()
+        ),
+        ..ToolOutput::default()
+    })
+}
+
 fn dec_file(dir: &std::path::Path, name: &str) -> u64 {
     std::fs::read_to_string(dir.join(name))
         .ok()

@@ -11,6 +11,16 @@
 //! vGPU count is below the type's max_instance (so a full GPU lists only the header on every
 //! VF). Every VF's list is recomputed after every change, like `available_instances`.
 //!
+//! Heterogeneous (mixed-size) mode (hardware.md §2.4), which `nvidia-smi vgpu -i <gpu> -shm 1`
+//! turns on for a GPU with no vGPU (see `tool.rs`): the driver keeps the setting, not sysfs, so
+//! the simulated driver keeps it in `ROOT/run/vgpud-simulator/nvidia-heterogeneous/<pf>` (gone
+//! with a reboot, as the setting is; `sriov-manage` resets it too). In that mode a free VF
+//! lists every type that has a free placement: the board is cut into placements as
+//! [`catalog::nvidia_placement`] says, a vGPU takes the lowest free placement of its type's
+//! size (or the one `vgpu-placement-id=<id>` in `vgpu_params` names: `EIO` if that one is not
+//! free), and the VF's `nvidia/placement_id` reads its id (the file is absent while the VF has
+//! no vGPU, where the real driver's read fails with `ENXIO` [3P]).
+//!
 //! `current_vgpu_type` reads `"%d\n"` (`0` when none). A write is `kstrtol(buf, 10)`
 //! (`EINVAL` for anything else): `0` with no type set `EPERM`; non-zero while a type is set
 //! `EPERM`; an id the VF's creatable list does not offer `EIO`; otherwise the type is set.
@@ -63,6 +73,70 @@ fn pf_vgpus(pf: &Path) -> io::Result<Vec<Option<u64>>> {
     Ok(out)
 }
 
+/// The file that says a GPU is in heterogeneous mode (see the module doc).
+pub(crate) fn mode_marker(pf: &Path) -> Option<std::path::PathBuf> {
+    let sys = pf
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "sys"))?;
+    Some(
+        sys.parent()?
+            .join("run/vgpud-simulator/nvidia-heterogeneous")
+            .join(pf.file_name()?),
+    )
+}
+
+/// Whether the GPU of `pf` is in heterogeneous mode.
+pub(crate) fn heterogeneous(pf: &Path) -> bool {
+    mode_marker(pf).is_some_and(|m| m.exists())
+}
+
+/// The board's framebuffer in GiB (its largest type's).
+fn board_gib(vf: &Path) -> u64 {
+    board_types(vf)
+        .iter()
+        .map(|t| t.framebuffer_mib / 1024)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The placements taken on the GPU of `pf`: (id, size) of each VF's vGPU.
+fn taken(pf: &Path, board: u64) -> io::Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for vf in binding::virtfns(pf)? {
+        let id = current(&vf);
+        if id == 0 {
+            continue;
+        }
+        let Some(at) = fsx::read_opt(&vf.join("nvidia/placement_id"))
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let size = u32::try_from(id)
+            .ok()
+            .and_then(catalog::nvidia_type_by_id)
+            .and_then(|t| catalog::nvidia_placement(board, t.framebuffer_mib / 1024))
+            .map_or(0, |(size, _)| size);
+        out.push((at, size));
+    }
+    Ok(out)
+}
+
+/// The free placement ids of a type on a GPU in heterogeneous mode, lowest first.
+fn free_placements(board: u64, t: &NvidiaTypeInfo, taken: &[(u64, u64)]) -> Vec<u64> {
+    let Some((size, slots)) = catalog::nvidia_placement(board, t.framebuffer_mib / 1024) else {
+        return Vec::new();
+    };
+    (0..slots)
+        .map(|i| i * size)
+        .filter(|id| {
+            taken
+                .iter()
+                .all(|(at, len)| id + size <= *at || at + len <= *id)
+        })
+        .collect()
+}
+
 /// The types a VF offers now (see the module doc).
 pub(crate) fn creatable(vf: &Path) -> io::Result<Vec<&'static NvidiaTypeInfo>> {
     if current(vf) != 0 {
@@ -71,6 +145,14 @@ pub(crate) fn creatable(vf: &Path) -> io::Result<Vec<&'static NvidiaTypeInfo>> {
     let Some(pf) = physfn(vf) else {
         return Ok(Vec::new());
     };
+    if heterogeneous(&pf) {
+        let board = board_gib(vf);
+        let taken = taken(&pf, board)?;
+        return Ok(board_types(vf)
+            .into_iter()
+            .filter(|t| !free_placements(board, t, &taken).is_empty())
+            .collect());
+    }
     let used = pf_vgpus(&pf)?;
     let count = u32::try_from(used.len()).unwrap_or(u32::MAX);
     Ok(board_types(vf)
@@ -169,6 +251,7 @@ pub(crate) fn write_current(roots: &Roots, file: &Path, value: &str) -> io::Resu
     if !creatable(vf)?.iter().any(|t| i64::from(t.id) == value) {
         return Err(errno(Errno::EIO));
     }
+    entry.placement = placement_for(vf, value)?;
     kernel::journaled(roots, &entry, false, || apply(&entry, false))
 }
 
@@ -183,8 +266,42 @@ fn apply(entry: &Entry, release: bool) -> io::Result<()> {
     if release {
         fsx::write_atomic(&dir.join("vgpu_params"), "", 0o644)?;
     }
+    let placement = dir.join("placement_id");
+    if new == "0" {
+        fsx::remove_quiet(&placement)?;
+    } else if let Some(at) = entry.placement {
+        fsx::write_atomic(&placement, &format!("{at}\n"), 0o444)?;
+    }
     fsx::write_atomic(&dir.join("current_vgpu_type"), &format!("{new}\n"), 0o644)?;
     refresh_pf(vf)
+}
+
+/// Where a new vGPU of type `id` goes on a GPU in heterogeneous mode: the placement
+/// `vgpu-placement-id=` in the VF's `vgpu_params` names, else the lowest free one; `EIO` when
+/// that placement is not free. `None` in equal-size mode.
+fn placement_for(vf: &Path, id: i64) -> io::Result<Option<u64>> {
+    let Some(pf) = physfn(vf).filter(|pf| heterogeneous(pf)) else {
+        return Ok(None);
+    };
+    let board = board_gib(vf);
+    let Some(t) = u32::try_from(id).ok().and_then(catalog::nvidia_type_by_id) else {
+        return Err(errno(Errno::EIO));
+    };
+    let free = free_placements(board, t, &taken(&pf, board)?);
+    let asked = fsx::read_opt(&vf.join("nvidia/vgpu_params")).and_then(|p| {
+        p.split([',', ' ', '\n'])
+            .find_map(|kv| kv.trim().strip_prefix("vgpu-placement-id="))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    });
+    match asked {
+        Some(at) if free.contains(&at) => Ok(Some(at)),
+        Some(_) => Err(errno(Errno::EIO)),
+        None => free
+            .first()
+            .copied()
+            .map(Some)
+            .ok_or_else(|| errno(Errno::EIO)),
+    }
 }
 
 /// Recovery: a set is undone (the old value, 0, back), a release completed.

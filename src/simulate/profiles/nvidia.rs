@@ -208,6 +208,15 @@ echo \"sriov-manage: vgpud's simulated stand-in; run through vgpud --simulate\" 
 exit 1
 ";
 
+/// The stand-in for `nvidia-smi` (its `vgpu -i <gpu> -shm <0|1>` is carried out by the
+/// simulator).
+const NVIDIA_SMI_STANDIN: &str = "#!/bin/sh
+# vgpud simulated host: a stand-in for nvidia-smi. vgpud --simulate carries out
+# `nvidia-smi vgpu -i <gpu> -shm <0|1>` itself (src/simulate/tool.rs); running this file does nothing.
+echo \"nvidia-smi: vgpud's simulated stand-in; run through vgpud --simulate\" >&2
+exit 1
+";
+
 /// An NVIDIA SR-IOV GPU behind its own root port.
 struct SriovGpu {
     root_bus: u8,
@@ -316,7 +325,8 @@ pub(super) fn write_sriov_pf(
 }
 
 fn sriov_manage_standin(tree: &Tree) -> Result<(), SimError> {
-    tree.file("usr/lib/nvidia/sriov-manage", SRIOV_MANAGE_STANDIN, 0o755)
+    tree.file("usr/lib/nvidia/sriov-manage", SRIOV_MANAGE_STANDIN, 0o755)?;
+    tree.file("usr/bin/nvidia-smi", NVIDIA_SMI_STANDIN, 0o755)
 }
 
 /// Writes `nvidia-l40s`.
