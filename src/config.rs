@@ -46,6 +46,17 @@ pub struct FileConfig {
     /// `[sriov]`.
     #[serde(default)]
     pub sriov: SriovConfig,
+    /// `[nvidia]`.
+    #[serde(default)]
+    pub nvidia: NvidiaConfig,
+}
+
+/// `[nvidia]`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvidiaConfig {
+    /// `nvidia_smi = "/usr/bin/nvidia-smi"`: sets the heterogeneous vGPU mode.
+    pub nvidia_smi: Option<PathBuf>,
 }
 
 /// `[placement]`: where a new device goes when the request does not say.

@@ -40,6 +40,10 @@ struct Cli {
     /// [default: from etc/vgpud/vgpud.toml, else /usr/lib/nvidia/sriov-manage]
     #[arg(long, value_name = "PATH")]
     sriov_manage: Option<std::path::PathBuf>,
+    /// nvidia-smi, which switches a GPU's heterogeneous vGPU mode (taken below --root)
+    /// [default: from etc/vgpud/vgpud.toml, else /usr/bin/nvidia-smi]
+    #[arg(long, value_name = "PATH")]
+    nvidia_smi: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -117,6 +121,10 @@ fn main() -> ExitCode {
                     .sriov_manage
                     .or(file.sriov.sriov_manage)
                     .unwrap_or_else(|| format!("/{}", vgpud::engine::DEFAULT_SRIOV_MANAGE).into()),
+                nvidia_smi: cli
+                    .nvidia_smi
+                    .or(file.nvidia.nvidia_smi)
+                    .unwrap_or_else(|| format!("/{}", vgpud::engine::DEFAULT_NVIDIA_SMI).into()),
                 placement: vgpud::engine::Placement {
                     policy: file.placement.policy.unwrap_or_default(),
                     numa_node: file.placement.numa_node,

@@ -445,3 +445,80 @@ async fn sriov_numvfs_follows_the_kernels_rules_and_intel_vfs_are_given_whole() 
     assert_eq!(busctl_set_vfs(&s, pf, 0), Ok(0));
     assert_eq!(busctl_set_vfs(&s, pf, 4), Ok(4));
 }
+
+#[tokio::test]
+async fn heterogeneous_mode_mixes_sizes_at_placements_and_comes_back_after_a_reboot() {
+    let mut s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    let err = m
+        .set_heterogeneous_mode(&pf, true, opts(&[]))
+        .await
+        .expect_err("no VFs yet");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NotSupported");
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    s.busctl_manager("SetHeterogeneousMode", &["sba{sv}", &pf, "true", "0"])
+        .expect("busctl SetHeterogeneousMode");
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert!(gpu.heterogeneous_mode().await.expect("HeterogeneousMode"));
+    // The lower maxima of the mode: 4 GiB types take 6 GiB placements, 8 GiB ones 12.
+    assert_eq!(available(&s, &pf, "L40S-4Q").await, 8);
+    assert_eq!(available(&s, &pf, "L40S-8Q").await, 4);
+    let big = s.busctl_create("L40S-8Q", &[("parent", &pf)]).expect("8Q");
+    let small = s
+        .busctl_create("L40S-4Q", &[("parent", &pf)])
+        .expect("4Q next to the 8Q");
+    let tiny = s
+        .busctl_create("L40S-1Q", &[("parent", &pf)])
+        .expect("1Q next to both");
+    let placement = |uuid: String| {
+        let s = &s;
+        async move {
+            let vf = device_proxy(&s.conn, &uuid)
+                .await
+                .address()
+                .await
+                .expect("Address");
+            sys(s, &format!("{vf}/nvidia/placement_id"))
+        }
+    };
+    assert_eq!(placement(big.clone()).await, "0");
+    assert_eq!(placement(small.clone()).await, "12");
+    assert_eq!(placement(tiny.clone()).await, "18");
+    // 8Q placements left: 24 and 36; 4Q: 24, 30, 36, 42.
+    assert_eq!(available(&s, &pf, "L40S-8Q").await, 2);
+    assert_eq!(available(&s, &pf, "L40S-4Q").await, 4);
+    let err = m
+        .set_heterogeneous_mode(&pf, false, opts(&[]))
+        .await
+        .expect_err("vGPUs run");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+
+    // After a reboot: the VFs first, then the mode, then the vGPUs (mixed sizes need it).
+    drop(m);
+    s.daemon.stop();
+    s.host.reboot(L40S);
+    s.restart().await;
+    let m = s.manager().await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.num_vfs().await.expect("NumVfs"), 32);
+    assert!(gpu.heterogeneous_mode().await.expect("HeterogeneousMode"));
+    for uuid in [&big, &small, &tiny] {
+        assert!(
+            device_proxy(&s.conn, uuid)
+                .await
+                .active()
+                .await
+                .expect("Active"),
+            "{uuid} restored: {}",
+            s.daemon.log_text()
+        );
+    }
+    for uuid in [&big, &small, &tiny] {
+        m.remove_device(uuid, opts(&[])).await.expect("remove");
+    }
+    m.set_heterogeneous_mode(&pf, false, opts(&[]))
+        .await
+        .expect("back to equal size");
+    assert_eq!(available(&s, &pf, "L40S-4Q").await, 12);
+}

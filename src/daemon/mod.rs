@@ -41,6 +41,8 @@ pub struct Config {
     pub sriov_manage: PathBuf,
     /// Placement defaults.
     pub placement: crate::engine::Placement,
+    /// NVIDIA's `nvidia-smi` (taken below `root`).
+    pub nvidia_smi: PathBuf,
 }
 
 /// Why the daemon could not start or stopped.
@@ -108,8 +110,13 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         let root = config.root.clone();
         let sriov_manage = config.sriov_manage.clone();
         let placement = config.placement;
+        let nvidia_smi = config.nvidia_smi.clone();
         tokio::task::spawn_blocking(move || {
-            Engine::new(host).map(|e| e.with_sriov_manage(sriov_manage).with_placement(placement))
+            Engine::new(host).map(|e| {
+                e.with_sriov_manage(sriov_manage)
+                    .with_nvidia_smi(nvidia_smi)
+                    .with_placement(placement)
+            })
         })
         .await
         .map_err(|e| DaemonError::Scan {

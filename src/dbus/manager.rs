@@ -467,6 +467,28 @@ impl Manager {
         Ok(now)
     }
 
+    /// Turns NVIDIA's heterogeneous (mixed-size) vGPU mode of GPU `gpu` on or off (`nvidia-smi
+    /// vgpu -shm`): vGPUs of different framebuffer sizes on one GPU, each at a placement, with
+    /// the lower maxima of that mode. The GPU must have its VFs enabled and run no vGPU.
+    /// Options: "persistent" (b, default true) sets it again at boot, after the VFs and before
+    /// any vGPU.
+    async fn set_heterogeneous_mode(
+        &self,
+        gpu: String,
+        enabled: bool,
+        options: Options,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<()> {
+        let mut opts = OptionReader::new("SetHeterogeneousMode", options);
+        let persistent = opts.boolean("persistent")?.unwrap_or(true);
+        opts.finish(VF_COUNT_OPTIONS)?;
+        let engine = self.engine.clone();
+        let address = gpu.clone();
+        blocking(move || engine.set_heterogeneous(&address, enabled, persistent)).await?;
+        gpu_sriov_changed(server, &gpu).await;
+        Ok(())
+    }
+
     /// The libvirt `<hostdev>` element for a device.
     #[zbus(out_args("xml"))]
     async fn get_hostdev_xml(&self, uuid: String) -> Result<String> {

@@ -117,6 +117,7 @@ async fn gpu_sriov_changed(server: &ObjectServer, address: &str) {
     let obj = iface.get().await;
     let results = [
         obj.num_vfs_changed(&emitter).await,
+        obj.heterogeneous_mode_changed(&emitter).await,
         obj.vfs_changed(&emitter).await,
         obj.sharing_modes_changed(&emitter).await,
         obj.types_changed(&emitter).await,

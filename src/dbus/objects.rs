@@ -81,6 +81,12 @@ impl GpuObject {
         self.field(|g| g.sriov.as_ref().map_or(0, |s| s.num_vfs))
     }
 
+    /// Whether the GPU is in NVIDIA's heterogeneous (mixed-size) vGPU mode.
+    #[zbus(property)]
+    async fn heterogeneous_mode(&self) -> bool {
+        self.engine.is_heterogeneous(&self.address)
+    }
+
     /// Addresses of the enabled virtual functions, in VF order.
     #[zbus(property)]
     async fn vfs(&self) -> Vec<String> {

@@ -199,11 +199,11 @@ fn classify_sharing(host: &Host, gpu: &mut Gpu) -> HostResult<()> {
                 }
             }
             if !vfs.is_empty() {
-                gpu.types = vgpu_types(&gpu.model, &vfs);
+                gpu.types = vgpu_types(&gpu.model, &vfs, false);
                 gpu.sharing_modes.push(SharingMode::SriovVgpu);
             } else if gpu.types.is_empty() && sriov.num_vfs == 0 {
                 // VFs not enabled yet: the board's types, none available until they are.
-                gpu.types = vgpu_types(&gpu.model, &[]);
+                gpu.types = vgpu_types(&gpu.model, &[], false);
             }
         } else if sriov.total_vfs > 0 {
             gpu.sharing_modes.push(SharingMode::SriovVf);
@@ -217,9 +217,11 @@ fn classify_sharing(host: &Host, gpu: &mut Gpu) -> HostResult<()> {
 
 /// The vGPU types of a GPU whose VFs use NVIDIA's vendor-specific VFIO framework: every type
 /// of the board the catalog knows and every type a VF lists, as `nvidia-<id>`. A type's
-/// available instances are the free VFs that list it, capped by its maximum per GPU less the
-/// vGPUs the GPU runs.
-pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu]) -> Vec<MdevType> {
+/// available instances are the free VFs that list it, capped: in equal-size mode by its
+/// maximum per GPU less the vGPUs the GPU runs; in heterogeneous mode (`heterogeneous`) by
+/// its free placements (see [`catalog::nvidia_placement`]), the taken ones read from the VFs'
+/// `placement_id`.
+pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu], heterogeneous: bool) -> Vec<MdevType> {
     let mut names: BTreeMap<u32, String> = BTreeMap::new();
     for info in catalog::nvidia_board_types(model) {
         names.insert(info.id, info.name.to_string());
@@ -249,6 +251,12 @@ pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu]) -> Vec<MdevType> {
                 available_instances: u32::try_from(listing).unwrap_or(u32::MAX),
                 name,
             };
+            if heterogeneous {
+                if let Some(free) = free_placements(model, &t, vfs) {
+                    t.available_instances = t.available_instances.min(free);
+                }
+                return t;
+            }
             let max = t.max_instances();
             if max > 0 {
                 t.available_instances = t.available_instances.min(max.saturating_sub(used));
@@ -256,6 +264,32 @@ pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu]) -> Vec<MdevType> {
             t
         })
         .collect()
+}
+
+/// In heterogeneous mode, the placements of a type that no vGPU overlaps; `None` when the
+/// board or the type's size is unknown.
+fn free_placements(model: &str, t: &MdevType, vfs: &[sriov::VfVgpu]) -> Option<u32> {
+    let board = catalog::nvidia_board_framebuffer_gib(model)?;
+    let gib = t.framebuffer_bytes() >> 30;
+    let (size, slots) = catalog::nvidia_placement(board, gib)?;
+    let taken: Vec<(u64, u64)> = vfs
+        .iter()
+        .filter(|v| v.current != 0)
+        .filter_map(|v| {
+            let at = v.placement_id?;
+            let fb = catalog::nvidia_type_by_id(v.current)?.framebuffer_mib / 1024;
+            Some((at, catalog::nvidia_placement(board, fb)?.0))
+        })
+        .collect();
+    let free = (0..slots)
+        .map(|i| i * size)
+        .filter(|id| {
+            taken
+                .iter()
+                .all(|(at, len)| id + size <= *at || at + len <= *id)
+        })
+        .count();
+    u32::try_from(free).ok()
 }
 
 /// The framebuffer size a type's name gives (`L40S-4Q` = 4 GiB), for types no table knows.

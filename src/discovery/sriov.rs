@@ -107,6 +107,8 @@ pub struct VfVgpu {
     pub creatable: Vec<CreatableType>,
     /// `vgpu_params`, empty when unset.
     pub params: String,
+    /// `placement_id` of its vGPU (heterogeneous mode), when the driver tells it.
+    pub placement_id: Option<u64>,
 }
 
 /// Reads a VF's vGPU files; `None` when it has none (not a vendor-VFIO VF, or not bound to
@@ -127,11 +129,17 @@ pub fn read_vf_vgpu(host: &Host, vf: &str) -> HostResult<Option<VfVgpu>> {
     let params = host
         .read_attr_opt(&dir.join("vgpu_params"))?
         .unwrap_or_default();
+    // The real driver fails the read (ENXIO) while the VF has no vGPU: that is "none".
+    let placement_id = match host.read_attr_opt(&dir.join("placement_id")) {
+        Ok(v) => v.and_then(|s| s.trim().parse().ok()),
+        Err(_) => None,
+    };
     Ok(Some(VfVgpu {
         vf: vf.to_string(),
         current,
         creatable,
         params,
+        placement_id,
     }))
 }
 

@@ -33,7 +33,7 @@ use crate::model::{DeviceKind, Gpu, MdevType, MovedFunction, TypeDetails};
 use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
-pub use reconcile::{plan_restore, RestoreReport, RestoreStep, Stage};
+pub use reconcile::{plan_restore, GpuRestore, RestoreReport, RestoreStep, Stage};
 pub use request::{parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy};
 
 /// A device as vgpud reports it: active on the host, defined persistently, or both.
@@ -141,7 +141,14 @@ pub struct Engine {
     placement: Placement,
     /// First come, first served queues of creates, per type.
     admissions: admission::Admissions,
+    /// NVIDIA's `nvidia-smi`, relative to the host's root.
+    nvidia_smi: PathBuf,
+    /// The heterogeneous vGPU mode of each GPU, as vgpud set it (or its record says it is).
+    modes: Mutex<BTreeMap<String, bool>>,
 }
+
+/// Where NVIDIA installs `nvidia-smi`, relative to the root.
+pub const DEFAULT_NVIDIA_SMI: &str = "usr/bin/nvidia-smi";
 
 /// Where NVIDIA installs `sriov-manage`, relative to the root.
 pub const DEFAULT_SRIOV_MANAGE: &str = "usr/lib/nvidia/sriov-manage";
@@ -166,7 +173,17 @@ impl Engine {
             sriov_manage: PathBuf::from(DEFAULT_SRIOV_MANAGE),
             placement: Placement::default(),
             admissions: admission::Admissions::default(),
+            nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
+            modes: Mutex::new(BTreeMap::new()),
         };
+        // A GPU recorded in heterogeneous mode that runs vGPUs is still in it (a reboot or
+        // driver reload would have ended the vGPUs); the restore sets it again otherwise.
+        if let Ok(records) = crate::persist::sriov::read_all(&engine.host) {
+            let mut modes = lock(&engine.modes);
+            for r in records.iter().filter(|r| r.heterogeneous) {
+                modes.insert(r.pf.clone(), true);
+            }
+        }
         engine.rescan_gpus()?;
         engine.replay_intents()?;
         engine.refresh(true)?;
@@ -178,6 +195,13 @@ impl Engine {
     pub fn with_sriov_manage(mut self, path: impl Into<PathBuf>) -> Self {
         let path: PathBuf = path.into();
         self.sriov_manage = path.strip_prefix("/").map(PathBuf::from).unwrap_or(path);
+        self
+    }
+
+    /// Uses NVIDIA's `nvidia-smi` at `path` (absolute paths are taken below the host's root).
+    pub fn with_nvidia_smi(mut self, path: impl Into<PathBuf>) -> Self {
+        let path: PathBuf = path.into();
+        self.nvidia_smi = path.strip_prefix("/").map(PathBuf::from).unwrap_or(path);
         self
     }
 
@@ -314,7 +338,11 @@ impl Engine {
             .sharing_modes
             .contains(&crate::model::SharingMode::SriovVgpu)
         {
-            return Ok(discovery::vgpu_types(&gpu.model, &self.vf_states(address)?));
+            return Ok(discovery::vgpu_types(
+                &gpu.model,
+                &self.vf_states(address)?,
+                self.is_heterogeneous(address),
+            ));
         }
         if is_mdev_parent {
             let mut types = gpu.types;

@@ -33,6 +33,20 @@ pub enum Stage {
     Passthrough,
 }
 
+/// What is recorded for a physical function, and its VF count now: the input of the first
+/// stages of [`plan_restore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRestore {
+    /// The physical function.
+    pub pf: String,
+    /// The recorded VF count.
+    pub num_vfs: u32,
+    /// The VF count now.
+    pub current_vfs: u32,
+    /// NVIDIA's heterogeneous vGPU mode is recorded.
+    pub heterogeneous: bool,
+}
+
 /// One step of a restore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreStep {
@@ -42,6 +56,11 @@ pub enum RestoreStep {
         pf: String,
         /// The recorded count.
         count: u32,
+    },
+    /// Set NVIDIA's heterogeneous vGPU mode of a GPU (after its VFs, before its vGPUs).
+    SetHeterogeneous {
+        /// The physical function.
+        pf: String,
     },
     /// Wait (bounded) until these parents exist.
     WaitForParents {
@@ -70,20 +89,24 @@ pub fn stage_of(kind: DeviceKind) -> Stage {
     }
 }
 
-/// Plans the restore at start: first the recorded VF counts that differ from the host's
-/// (`vf_counts`: physical function, recorded count, current count), then every persistent,
-/// autostart device that is not active, stage by stage in boot order; within a stage, first
-/// the wait for its parents, then the devices by parent and UUID. A pure function: the order
-/// is unit-tested.
-pub fn plan_restore(devices: &[DeviceInfo], vf_counts: &[(String, u32, u32)]) -> Vec<RestoreStep> {
-    let mut steps: Vec<RestoreStep> = vf_counts
+/// Plans the restore at start: first the recorded VF counts that differ from the host's, then
+/// the recorded vGPU modes, then every persistent, autostart device that is not active, stage
+/// by stage in boot order; within a stage, first the wait for its parents, then the devices
+/// by parent and UUID. A pure function: the order is unit-tested.
+pub fn plan_restore(devices: &[DeviceInfo], gpus: &[GpuRestore]) -> Vec<RestoreStep> {
+    let mut steps: Vec<RestoreStep> = gpus
         .iter()
-        .filter(|(_, wanted, current)| wanted != current)
-        .map(|(pf, wanted, _)| RestoreStep::SetVfCount {
-            pf: pf.clone(),
-            count: *wanted,
+        .filter(|g| g.num_vfs != g.current_vfs)
+        .map(|g| RestoreStep::SetVfCount {
+            pf: g.pf.clone(),
+            count: g.num_vfs,
         })
         .collect();
+    steps.extend(
+        gpus.iter()
+            .filter(|g| g.heterogeneous && g.num_vfs > 0)
+            .map(|g| RestoreStep::SetHeterogeneous { pf: g.pf.clone() }),
+    );
     let mut by_stage: BTreeMap<Stage, Vec<(String, String)>> = BTreeMap::new();
     for d in devices
         .iter()
@@ -514,8 +537,8 @@ impl Engine {
     pub fn restore(&self, parent_timeout: Duration) -> RestoreReport {
         let mut report = RestoreReport::default();
         let mut missing: BTreeSet<String> = BTreeSet::new();
-        let vf_counts = self.recorded_vf_counts();
-        for step in plan_restore(&self.list_devices(), &vf_counts) {
+        let gpus = self.recorded_settings();
+        for step in plan_restore(&self.list_devices(), &gpus) {
             match step {
                 RestoreStep::SetVfCount { pf, count } => match self.apply_vf_count(&pf, count) {
                     Ok(_) => report.vf_counts.push((pf, count)),
@@ -527,6 +550,12 @@ impl Engine {
                 RestoreStep::WaitForParents { stage, parents } => {
                     missing = self.wait_for_parents(stage, &parents, parent_timeout);
                     report.missing_parents.extend(missing.iter().cloned());
+                }
+                RestoreStep::SetHeterogeneous { pf } => {
+                    if let Err(e) = self.apply_heterogeneous(&pf) {
+                        tracing::warn!(%pf, error = %e, "could not restore the heterogeneous vGPU mode");
+                        report.failed.push((pf, e.to_string()));
+                    }
                 }
                 RestoreStep::Start { uuid, parent, .. } => {
                     if missing.contains(&parent) {

@@ -1,6 +1,8 @@
 //! SR-IOV virtual functions: enabling and disabling them on a physical function (through
 //! `sriov_numvfs` with the kernel's rules, or NVIDIA's `sriov-manage` for NVIDIA GPUs, whose
-//! driver refuses direct writes), persisting the count and restoring it first at boot.
+//! driver refuses direct writes), persisting the count and restoring it first at boot; and
+//! NVIDIA's heterogeneous (mixed-size) vGPU mode of such a GPU (`nvidia-smi vgpu -shm`), set
+//! after the VFs and before any vGPU, restored in that order.
 
 use super::{libc_errno, lock, DeviceKind, Engine, EngineError, EngineResult};
 use crate::discovery::sriov;
@@ -21,15 +23,106 @@ impl Engine {
         let now = self.apply_vf_count_locked(pf, count)?;
         drop(held);
         if persistent {
-            let result = if count == 0 {
-                persist::sriov::remove(&self.host, pf).map(|_| ())
-            } else {
-                persist::sriov::write(&self.host, pf, count)
-            };
-            result
+            let mut settings = self.settings(pf)?;
+            settings.num_vfs = count;
+            persist::sriov::write(&self.host, &settings)
                 .map_err(|e| EngineError::persist(format!("recording the VF count of {pf}"), e))?;
         }
         Ok(now)
+    }
+
+    fn settings(&self, pf: &str) -> EngineResult<persist::sriov::GpuSettings> {
+        persist::sriov::read(&self.host, pf)
+            .map_err(|e| EngineError::persist(format!("reading the settings of {pf}"), e))
+    }
+
+    /// Whether a GPU is in NVIDIA's heterogeneous (mixed-size) vGPU mode, as vgpud set it.
+    pub fn is_heterogeneous(&self, pf: &str) -> bool {
+        lock(&self.modes).get(pf).copied().unwrap_or(false)
+    }
+
+    /// Turns NVIDIA's heterogeneous (mixed-size) vGPU mode of a GPU on or off with
+    /// `nvidia-smi vgpu -i <gpu> -shm <1|0>`, and with `persistent` records it so that it is
+    /// set again at boot, after the VFs and before any vGPU. The GPU must share through
+    /// vGPUs on VFs (enabled) and carry none.
+    pub fn set_heterogeneous(&self, pf: &str, enabled: bool, persistent: bool) -> EngineResult<()> {
+        super::request::check_name("gpu", pf)?;
+        let gpu_lock = self
+            .gpu_lock(pf)
+            .filter(|_| self.with_gpu(pf, |g| g.is_physical()).unwrap_or(false))
+            .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
+        let held = lock(&gpu_lock);
+        if !self.offers_sriov_vgpu(pf) {
+            return Err(EngineError::NotSupported(format!(
+                "{pf} has no NVIDIA vGPU on SR-IOV VFs (enable its VFs with SetVfCount first): heterogeneous mode is a mode of those"
+            )));
+        }
+        let busy: Vec<String> = self
+            .devices_of(pf)
+            .into_iter()
+            .filter(|d| d.active)
+            .map(|d| d.uuid)
+            .collect();
+        if !busy.is_empty() {
+            return Err(EngineError::Busy(format!(
+                "{pf} runs vGPUs ({}); NVIDIA's vGPU mode changes only on a GPU without any",
+                busy.join(", ")
+            )));
+        }
+        self.run_nvidia_smi(pf, enabled)?;
+        drop(held);
+        if persistent {
+            let mut settings = self.settings(pf)?;
+            settings.heterogeneous = enabled;
+            persist::sriov::write(&self.host, &settings)
+                .map_err(|e| EngineError::persist(format!("recording the vGPU mode of {pf}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs `nvidia-smi vgpu -i <pf> -shm <0|1>` and records the mode the GPU is in now.
+    fn run_nvidia_smi(&self, pf: &str, enabled: bool) -> EngineResult<()> {
+        let bus_id = format!("0000{}", pf.to_ascii_uppercase());
+        let steps = [plan::Step::RunTool {
+            program: self.host.root().join(&self.nvidia_smi),
+            args: [
+                "vgpu",
+                "-i",
+                &bus_id,
+                "-shm",
+                if enabled { "1" } else { "0" },
+            ]
+            .map(str::to_string)
+            .to_vec(),
+        }];
+        if let Err((_, e)) = plan::execute(&self.host, &steps) {
+            return Err(match e {
+                plan::StepError::Tool { .. } => EngineError::NotSupported(format!(
+                    "{pf}: the NVIDIA driver refused the heterogeneous mode change ({e})"
+                )),
+                plan::StepError::Host(h) => {
+                    EngineError::host(format!("changing the vGPU mode of {pf}"), h)
+                }
+            });
+        }
+        lock(&self.modes).insert(pf.to_string(), enabled);
+        tracing::info!(%pf, heterogeneous = enabled, "vGPU mode changed");
+        Ok(())
+    }
+
+    /// At boot: sets the recorded heterogeneous mode again, unless the GPU already runs vGPUs
+    /// (then the mode it was given before is still in force: only a reboot or a driver reload
+    /// ends it, and those end the vGPUs too).
+    pub(super) fn apply_heterogeneous(&self, pf: &str) -> EngineResult<()> {
+        let gpu_lock = self
+            .gpu_lock(pf)
+            .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
+        let _held = lock(&gpu_lock);
+        if self.devices_of(pf).iter().any(|d| d.active) {
+            lock(&self.modes).insert(pf.to_string(), true);
+            return Ok(());
+        }
+        self.run_nvidia_smi(pf, true)
     }
 
     /// Sets the VF count (the restore at boot, which keeps the record as it is).
@@ -69,6 +162,13 @@ impl Engine {
         }
         if let Err(e) = self.rescan_gpus() {
             tracing::warn!(error = %e, "could not rescan GPUs after changing VFs");
+        }
+        if matches!(method, VfMethod::SriovManage(_)) && !steps.is_empty() {
+            // sriov-manage starts the driver afresh: the GPU is back in equal-size mode.
+            lock(&self.modes).insert(pf.to_string(), false);
+            if count > 0 && self.settings(pf)?.heterogeneous {
+                self.run_nvidia_smi(pf, true)?;
+            }
         }
         let now = sriov::read_sriov(&self.host, pf)
             .map_err(|e| EngineError::host(format!("reading SR-IOV state of {pf}"), e))?
@@ -135,12 +235,13 @@ impl Engine {
         }
     }
 
-    /// The recorded VF counts with the host's current count: (pf, recorded, current).
-    pub(super) fn recorded_vf_counts(&self) -> Vec<(String, u32, u32)> {
+    /// What to restore per physical function: the recorded settings with the host's current
+    /// VF count.
+    pub(super) fn recorded_settings(&self) -> Vec<super::GpuRestore> {
         let records = match persist::sriov::read_all(&self.host) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, "could not read the recorded VF counts");
+                tracing::warn!(error = %e, "could not read the recorded GPU settings");
                 return Vec::new();
             }
         };
@@ -151,7 +252,12 @@ impl Engine {
                     .ok()
                     .flatten()
                     .map_or(0, |s| s.num_vfs);
-                (r.pf, r.num_vfs, current)
+                super::GpuRestore {
+                    pf: r.pf,
+                    num_vfs: r.num_vfs,
+                    current_vfs: current,
+                    heterogeneous: r.heterogeneous,
+                }
             })
             .collect()
     }

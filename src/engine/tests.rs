@@ -291,17 +291,23 @@ fn the_restore_plan_waits_for_parents_then_starts_by_parent_and_uuid() {
 }
 
 #[test]
-fn the_restore_plan_sets_vf_counts_first_then_vgpus_mdevs_and_passthrough() {
+fn the_restore_plan_sets_vf_counts_then_vgpu_modes_then_vgpus_mdevs_and_passthrough() {
     let mut vgpu = defined("v", "0000:41:00.0", false, true);
     vgpu.kind = DeviceKind::SriovVgpu;
     let mut pass = defined("p", "0000:65:00.0", false, true);
     pass.kind = DeviceKind::Passthrough;
     let mdev_on_vf = defined("m", "0000:e8:00.4", false, true);
     let devices = vec![pass, mdev_on_vf, vgpu];
+    let gpu = |pf: &str, num_vfs: u32, current_vfs: u32, heterogeneous: bool| GpuRestore {
+        pf: pf.into(),
+        num_vfs,
+        current_vfs,
+        heterogeneous,
+    };
     let counts = vec![
-        ("0000:41:00.0".to_string(), 32, 0),
-        ("0000:e8:00.0".to_string(), 32, 0),
-        ("0000:00:02.0".to_string(), 4, 4),
+        gpu("0000:41:00.0", 32, 0, true),
+        gpu("0000:e8:00.0", 32, 0, false),
+        gpu("0000:00:02.0", 4, 4, false),
     ];
     assert_eq!(
         plan_restore(&devices, &counts),
@@ -313,6 +319,9 @@ fn the_restore_plan_sets_vf_counts_first_then_vgpus_mdevs_and_passthrough() {
             RestoreStep::SetVfCount {
                 pf: "0000:e8:00.0".into(),
                 count: 32
+            },
+            RestoreStep::SetHeterogeneous {
+                pf: "0000:41:00.0".into()
             },
             RestoreStep::WaitForParents {
                 stage: Stage::SriovVgpuTypes,

@@ -1,6 +1,8 @@
-//! The VF counts vgpud set on SR-IOV physical functions, restored first at boot (VFs are lost
-//! on reboot and driver reload). One file per physical function,
-//! `var/lib/vgpud/sriov/<address>.json`, versioned JSON.
+//! What vgpud set on an SR-IOV physical function and restores first at boot (VFs and the
+//! driver's vGPU mode are lost on reboot and driver reload): the number of VFs, and NVIDIA's
+//! heterogeneous (mixed-size) vGPU mode. One file per physical function,
+//! `var/lib/vgpud/sriov/<address>.json`, versioned JSON; a function with nothing to restore
+//! has no file.
 
 use std::path::PathBuf;
 
@@ -9,18 +11,28 @@ use serde::{Deserialize, Serialize};
 use super::{remove_durable, write_atomic, PersistResult};
 use crate::host::Host;
 
-/// The format version of VF count records.
+/// The format version of these records.
 pub const VERSION: u32 = 1;
 
-/// How many VFs a physical function should have.
+/// What a physical function should have.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VfCount {
+pub struct GpuSettings {
     /// Format version ([`VERSION`]).
     pub version: u32,
     /// The physical function's address.
     pub pf: String,
-    /// The number of VFs to enable.
+    /// The number of VFs to enable (0: leave them off).
     pub num_vfs: u32,
+    /// NVIDIA's heterogeneous (mixed-size) vGPU mode.
+    #[serde(default)]
+    pub heterogeneous: bool,
+}
+
+impl GpuSettings {
+    /// Nothing set: a function in this state has no file.
+    pub fn is_default(&self) -> bool {
+        self.num_vfs == 0 && !self.heterogeneous
+    }
 }
 
 /// `ROOT/var/lib/vgpud/sriov`.
@@ -32,26 +44,33 @@ fn path(host: &Host, pf: &str) -> PathBuf {
     dir(host).join(format!("{pf}.json"))
 }
 
-/// Records the VF count of a physical function atomically and durably.
-pub fn write(host: &Host, pf: &str, num_vfs: u32) -> PersistResult<()> {
-    let record = VfCount {
-        version: VERSION,
-        pf: pf.to_string(),
-        num_vfs,
-    };
-    let mut text = serde_json::to_string_pretty(&record).unwrap_or_default();
+/// The settings of a physical function (all defaults when it has no file).
+pub fn read(host: &Host, pf: &str) -> PersistResult<GpuSettings> {
+    Ok(read_all(host)?
+        .into_iter()
+        .find(|s| s.pf == pf)
+        .unwrap_or(GpuSettings {
+            version: VERSION,
+            pf: pf.to_string(),
+            num_vfs: 0,
+            heterogeneous: false,
+        }))
+}
+
+/// Records the settings of a physical function atomically and durably (removes the file when
+/// nothing is set).
+pub fn write(host: &Host, settings: &GpuSettings) -> PersistResult<()> {
+    if settings.is_default() {
+        return remove_durable(&path(host, &settings.pf)).map(|_| ());
+    }
+    let mut text = serde_json::to_string_pretty(settings).unwrap_or_default();
     text.push('\n');
-    write_atomic(&path(host, pf), text.as_bytes(), 0o600)
+    write_atomic(&path(host, &settings.pf), text.as_bytes(), 0o600)
 }
 
-/// Forgets the VF count of a physical function; returns whether it was recorded.
-pub fn remove(host: &Host, pf: &str) -> PersistResult<bool> {
-    remove_durable(&path(host, pf))
-}
-
-/// Every recorded VF count, by address; a newer format version is an error.
-pub fn read_all(host: &Host) -> PersistResult<Vec<VfCount>> {
-    let mut out = super::read_versioned_dir(&dir(host), VERSION, |r: &VfCount| r.version)?;
+/// Every recorded setting, by address; a newer format version is an error.
+pub fn read_all(host: &Host) -> PersistResult<Vec<GpuSettings>> {
+    let mut out = super::read_versioned_dir(&dir(host), VERSION, |r: &GpuSettings| r.version)?;
     out.sort_by(|a, b| a.pf.cmp(&b.pf));
     Ok(out)
 }
@@ -61,16 +80,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vf_counts_round_trip() {
+    fn settings_round_trip_and_defaults_leave_no_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let host = Host::new(dir.path());
-        write(&host, "0000:41:00.0", 32).expect("write");
-        write(&host, "0000:00:02.0", 4).expect("write");
+        let mut s = read(&host, "0000:41:00.0").expect("read");
+        assert!(s.is_default());
+        s.num_vfs = 32;
+        write(&host, &s).expect("write");
+        s.heterogeneous = true;
+        write(&host, &s).expect("write");
+        let other = GpuSettings {
+            pf: "0000:00:02.0".into(),
+            num_vfs: 4,
+            ..s.clone()
+        };
+        write(&host, &other).expect("write");
         let all = read_all(&host).expect("read");
         assert_eq!(all.len(), 2);
-        assert_eq!(all[0].pf, "0000:00:02.0");
-        assert_eq!(all[1].num_vfs, 32);
-        assert!(remove(&host, "0000:41:00.0").expect("remove"));
-        assert_eq!(read_all(&host).expect("read").len(), 1);
+        assert_eq!(read(&host, "0000:41:00.0").expect("read"), s);
+        // A record without the mode (written before it existed) reads as equal-size.
+        std::fs::write(
+            path(&host, "0000:c1:00.0"),
+            r#"{"version":1,"pf":"0000:c1:00.0","num_vfs":32}"#,
+        )
+        .expect("old record");
+        assert!(!read(&host, "0000:c1:00.0").expect("read").heterogeneous);
+        s.num_vfs = 0;
+        s.heterogeneous = false;
+        write(&host, &s).expect("write");
+        assert_eq!(read_all(&host).expect("read").len(), 2);
     }
 }

@@ -55,6 +55,13 @@ pub trait Manager {
         count: u32,
         options: HashMap<&str, Variant<'_>>,
     ) -> zbus::Result<u32>;
+    /// SetHeterogeneousMode(s, b, a{sv})
+    fn set_heterogeneous_mode(
+        &self,
+        gpu: &str,
+        enabled: bool,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<()>;
     /// GetHostdevXml(s) → s
     fn get_hostdev_xml(&self, uuid: &str) -> zbus::Result<String>;
     /// RenderHostdevXml(s, a{sv}) → s
@@ -113,6 +120,9 @@ pub trait Gpu {
 
     #[zbus(property)]
     fn vfs(&self) -> zbus::Result<Vec<String>>;
+
+    #[zbus(property)]
+    fn heterogeneous_mode(&self) -> zbus::Result<bool>;
 }
 
 /// `org.vgpud1.Device`.
