@@ -41,7 +41,14 @@
 //! vfio registration: `<dev>/vfio-dev/vfio<N>/` (`dev`, `uevent`, `device`, `subsystem`), with
 //! `sys/class/vfio-dev/vfio<N>` and `dev/vfio/devices/vfio<N>` (a regular file standing in for
 //! the cdev), N the lowest number free over all devices; and `dev/vfio/<group>` while at least
-//! one device of the IOMMU group is registered.
+//! one device of the IOMMU group is registered. mdevs are registered the same way when they are
+//! made (`kernel.rs`): their vendor's mdev driver is a vfio driver.
+//!
+//! The network drivers (`ixgbe`, `e1000e`) register an interface on probe: `<dev>/net/eth<N>/`
+//! (`uevent`, `ifindex`, `address`, `device`, `subsystem`) and `sys/class/net/eth<N>`, N the
+//! lowest free `eth` number (the kernel's `eth%d`; no udev renames it), the interface index
+//! one above the highest in use (at least 2: `lo` is 1; the kernel's counter never gives a
+//! freed index back, which a stateless simulator cannot know); remove takes them away.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -323,6 +330,7 @@ pub(crate) fn attach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
     match driver {
         "vfio-pci" => vfio_register(roots, dev),
         "nvidia" => nvidia_probe(roots, dev),
+        d if is_net_driver(d) => netdev_register(&roots.sys, dev).map(|_| ()),
         _ => Ok(()),
     }
 }
@@ -334,6 +342,7 @@ pub(crate) fn detach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
         nvidia_remove(roots, dev)?;
     }
     vfio_unregister(roots, dev)?;
+    netdev_unregister(&roots.sys, dev)?;
     let driver_dir = roots.sys.join("bus/pci/drivers").join(driver);
     fsx::remove_quiet(&driver_dir.join(bdf_of(dev)))?;
     if driver_of(dev).as_deref() == Some(driver) {
@@ -348,6 +357,9 @@ pub(crate) fn bind_made(roots: &Roots, driver: &str, made: &mut Vec<PathBuf>) {
     let mut dirs = vec![roots.sys.join("class/vfio-dev"), roots.dev.join("devices")];
     if driver == "nvidia" {
         dirs.push(roots.sys.join("bus/mdev/drivers").join(NVIDIA_MDEV_DRIVER));
+    }
+    if is_net_driver(driver) {
+        dirs.push(roots.sys.join("class/net"));
     }
     for dir in dirs {
         kernel::missing_dirs(&dir, made);
@@ -382,8 +394,67 @@ fn vfio_numbers(roots: &Roots) -> io::Result<BTreeSet<u32>> {
     Ok(used)
 }
 
-/// Registers `dev` with vfio (see the module doc).
-fn vfio_register(roots: &Roots, dev: &Path) -> io::Result<()> {
+/// Whether `driver` is a network driver that registers an interface on probe.
+fn is_net_driver(driver: &str) -> bool {
+    matches!(driver, "ixgbe" | "e1000e")
+}
+
+/// Registers a network interface on `dev` (see the module doc); returns its name.
+pub(crate) fn netdev_register(sys: &Path, dev: &Path) -> io::Result<String> {
+    let class = sys.join("class/net");
+    let mut names = BTreeSet::new();
+    let mut top_index = 1;
+    for name in fsx::list(&class)? {
+        if let Some(n) = name.strip_prefix("eth").and_then(|n| n.parse::<u32>().ok()) {
+            names.insert(n);
+        }
+        let index = dec_attr(&class.join(&name), "ifindex").unwrap_or(0);
+        top_index = top_index.max(index);
+    }
+    let n = (0..=u32::MAX)
+        .find(|n| !names.contains(n))
+        .ok_or_else(|| errno(Errno::ENFILE))?;
+    let name = format!("eth{n}");
+    let ifindex = top_index + 1;
+    let base = dev.join("net");
+    fsx::create_dir_all(&base)?;
+    let ndir = base.join(&name);
+    fsx::create_dir(&ndir)?;
+    fsx::write_atomic(
+        &ndir.join("uevent"),
+        &format!("INTERFACE={name}\nIFINDEX={ifindex}\n"),
+        0o644,
+    )?;
+    fsx::write_atomic(&ndir.join("ifindex"), &format!("{ifindex}\n"), 0o444)?;
+    // qemu's default MAC, the function number in the last byte.
+    let func = bdf_of(dev)
+        .rsplit('.')
+        .next()
+        .and_then(|f| f.parse::<u8>().ok())
+        .unwrap_or(0);
+    fsx::write_atomic(
+        &ndir.join("address"),
+        &format!("52:54:00:12:34:{:02x}\n", 0x56 + func),
+        0o444,
+    )?;
+    fsx::symlink_rel(&ndir.join("device"), dev)?;
+    fsx::symlink_rel(&ndir.join("subsystem"), &class)?;
+    fsx::create_dir_all(&class)?;
+    fsx::symlink_rel(&class.join(&name), &ndir)?;
+    Ok(name)
+}
+
+/// Undoes [`netdev_register`].
+fn netdev_unregister(sys: &Path, dev: &Path) -> io::Result<()> {
+    let base = dev.join("net");
+    for name in fsx::list(&base)? {
+        fsx::remove_quiet(&sys.join("class/net").join(&name))?;
+    }
+    fsx::remove_dir_quiet(&base)
+}
+
+/// Registers `dev` (a PCI function or an mdev) with vfio (see the module doc).
+pub(crate) fn vfio_register(roots: &Roots, dev: &Path) -> io::Result<()> {
     let used = vfio_numbers(roots)?;
     let n = (0..=u32::MAX)
         .find(|n| !used.contains(n))
@@ -417,7 +488,7 @@ fn vfio_register(roots: &Roots, dev: &Path) -> io::Result<()> {
 }
 
 /// Undoes [`vfio_register`]; the group node goes when no device of the group is registered.
-fn vfio_unregister(roots: &Roots, dev: &Path) -> io::Result<()> {
+pub(crate) fn vfio_unregister(roots: &Roots, dev: &Path) -> io::Result<()> {
     let base = dev.join("vfio-dev");
     for name in fsx::list(&base)? {
         fsx::remove_quiet(&roots.sys.join("class/vfio-dev").join(&name))?;

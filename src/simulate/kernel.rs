@@ -104,6 +104,8 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
         roots.dev.clone(),
         type_dir.join("devices"),
         roots.sys.join("bus/mdev/devices"),
+        roots.sys.join("class/vfio-dev"),
+        roots.dev.join("devices"),
     ] {
         missing_dirs(&dir, &mut entry.made);
     }
@@ -146,12 +148,16 @@ fn build(
     fsx::symlink_rel(&dev_dir.join("iommu_group"), &group_dir)?;
     fsx::symlink_rel(&dev_dir.join("driver"), &driver_dir)?;
     fsx::symlink_rel(&dev_dir.join("subsystem"), &sys.join("bus/mdev"))?;
+    fsx::create_dir(&dev_dir.join("power"))?;
     vendor_attributes(parent, &dev_dir, uuid, vendor)?;
 
     fsx::create_dir_all(&group_dir.join("devices"))?;
     fsx::symlink_rel(&group_dir.join("devices").join(uuid), &dev_dir)?;
     fsx::create_dir_all(&roots.dev)?;
     fsx::write_atomic(&roots.dev.join(group.to_string()), "", 0o600)?;
+    // Bound to its vendor's mdev driver, a vfio driver: registered with vfio like a PCI
+    // function bound to vfio-pci (`vfio-dev/vfio<N>`).
+    binding::vfio_register(roots, &dev_dir)?;
     fsx::create_dir_all(&driver_dir)?;
     fsx::symlink_rel(&driver_dir.join(uuid), &dev_dir)?;
     fsx::create_dir_all(&type_dir.join("devices"))?;
@@ -277,6 +283,7 @@ pub(crate) fn teardown(roots: &Roots, entry: &Entry) -> io::Result<()> {
     let driver = known("driver", &entry.driver);
 
     fsx::remove_quiet(&sys.join("bus/mdev/devices").join(uuid))?;
+    binding::vfio_unregister(roots, &dev_dir)?;
     if let Some(t) = type_id {
         fsx::remove_quiet(
             &parent
@@ -320,6 +327,7 @@ fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
                 fsx::remove_temps(&t.dir, entry.pid)?;
             }
             fsx::remove_temps(&roots.dev, entry.pid)?;
+            fsx::remove_temps(&roots.dev.join("devices"), entry.pid)?;
             let vendor = Vendor::of(parent)?;
             rules::settle(parent, &vendor, &entry.avail, entry.op == Op::Remove)?;
             settle_siblings(parent, entry.pid)

@@ -19,7 +19,8 @@
 //!   UUID `EINVAL`; a UUID that exists (`sys/bus/mdev/devices/<uuid>`) `EEXIST`; no capacity
 //!   `ENOSPC` (`EUSERS` for unknown vendors, see `rules.rs`). On success the device directory
 //!   `<parent>/<uuid>/` (`remove`, `uevent`, `mdev_type`, `iommu_group`, `driver`, `subsystem`,
-//!   vendor attributes), a new IOMMU group `sys/kernel/iommu_groups/<N>/devices/<uuid>` (lowest
+//!   `power/`, vendor attributes, and its vfio registration `vfio-dev/vfio<M>` as in
+//!   `binding.rs`), a new IOMMU group `sys/kernel/iommu_groups/<N>/devices/<uuid>` (lowest
 //!   free N), `dev/vfio/<N>` (a regular empty file standing in for the vfio group character
 //!   device), `sys/bus/mdev/devices/<uuid>`, `sys/bus/mdev/drivers/<drv>/<uuid>` and
 //!   `<type>/devices/<uuid>`, all links relative; then `available_instances` of every type of

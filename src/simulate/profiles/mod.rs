@@ -6,7 +6,9 @@
 //! (host bridge, a root port, a dual-port NIC, the bus and driver directories, and the `etc/`,
 //! `run/`, `var/lib/vgpud`, `dev/vfio` directories, plus the `etc/mdevctl.d` and
 //! `usr/lib/mdevctl/scripts.d/{callouts,notifiers}` directories mdevctl 1.4 requires under its
-//! `MDEVCTL_ENV_ROOT`).
+//! `MDEVCTL_ENV_ROOT`). The exception is `qemu-vm`, the real-kernel suite's VM as it is: a
+//! whole host of its own, with only the platform's directories, buses and IOMMU, whose
+//! addresses and IOMMU groups collide with the platform's and other profiles'.
 //!
 //! A profile never changes or deletes files outside `sys/`, `dev/`, the simulator's own
 //! `run/vgpud-simulator/` (its lock, and the journal of a write it finishes first) and, for the
@@ -20,6 +22,7 @@ mod mtty;
 mod nvidia;
 mod passthrough;
 mod platform;
+mod qemu_vm;
 pub(crate) mod tree;
 
 use std::path::Path;
@@ -67,6 +70,10 @@ const PROFILES: &[(&str, &str)] = &[
         "intel-sriov",
         "an Intel UHD Graphics 770 at 0000:00:02.0 with 7 SR-IOV VFs through sriov_numvfs (not with intel-gvtg)",
     ),
+    (
+        "qemu-vm",
+        "the real-kernel suite's q35 VM: mtty, two std VGAs (one with an e1000e function, one sharing a group with edu)",
+    ),
 ];
 
 const NAMES: &[&str] = &[
@@ -80,6 +87,7 @@ const NAMES: &[&str] = &[
     "amd-mxgpu",
     "passthrough",
     "intel-sriov",
+    "qemu-vm",
 ];
 
 /// The profiles there are, with a one-line description each.
@@ -106,6 +114,9 @@ pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
         path: tree.root().to_path_buf(),
         source,
     })?;
+    if name == "qemu-vm" {
+        return qemu_vm::write(&tree);
+    }
     platform::write(&tree)?;
     match name {
         "nvidia-turing" => nvidia::turing(&tree),

@@ -1,5 +1,6 @@
 //! `mtty`: the kernel sample (samples/vfio-mdev/mtty.c). Its parent is a class device,
-//! `sys/devices/virtual/mtty/mtty` (class `mtty`, no driver, no IOMMU group), offering
+//! `sys/devices/virtual/mtty/mtty` (class `mtty`, no driver, no IOMMU group, no device
+//! number), offering
 //! `mtty-1` "Single port serial" and `mtty-2` "Dual port serial" (no `description`), which
 //! share 24 ports.
 
@@ -10,12 +11,9 @@ use crate::simulate::SimError;
 pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
     let rel = "sys/devices/virtual/mtty/mtty";
     tree.dir(rel)?;
-    tree.file(&format!("{rel}/dev"), "240:0\n", 0o444)?;
-    tree.file(
-        &format!("{rel}/uevent"),
-        "MAJOR=240\nMINOR=0\nDEVNAME=mtty\n",
-        0o644,
-    )?;
+    // mtty registers its char region and cdev but never gives the device its devt: no `dev`
+    // attribute, nothing in `uevent` (as the real 6.1 kernel shows).
+    tree.file(&format!("{rel}/uevent"), "", 0o644)?;
     tree.dir(&format!("{rel}/power"))?;
     tree.link(&format!("{rel}/subsystem"), "sys/class/mtty")?;
     tree.link("sys/class/mtty/mtty", rel)?;

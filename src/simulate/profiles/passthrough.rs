@@ -186,6 +186,6 @@ pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
         ],
         secondary_bus: None,
     };
-    write_pci(tree, &nic)?;
-    Ok(())
+    let rel = write_pci(tree, &nic)?;
+    super::platform::netdev(tree, &rel)
 }

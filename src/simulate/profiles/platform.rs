@@ -1,7 +1,8 @@
-//! The part every profile shares: top-level directories, the PCI and mdev buses (with
-//! `drivers_probe`, `drivers_autoprobe` and the `vfio-pci` and `pci-pf-stub` drivers), an
-//! IOMMU, the host bridge and a dual-port 10 GbE NIC behind a root port (a non-GPU device that
-//! discovery must ignore).
+//! The part every profile but `qemu-vm` shares: top-level directories, the PCI and mdev buses
+//! (with `drivers_probe`, `drivers_autoprobe` and the `vfio-pci` and `pci-pf-stub` drivers),
+//! an IOMMU, the host bridge and a dual-port 10 GbE NIC behind a root port (a non-GPU device
+//! that discovery must ignore). `qemu-vm`, a whole host of its own, takes only [`base`] (the
+//! directories, buses, IOMMU and `vfio-pci`) and writes its own PCI devices.
 //!
 //! Directories outside `sys` (`etc`, `etc/mdevctl.d`, `usr/lib/mdevctl/scripts.d/{callouts,
 //! notifiers}`, `run`, `var/lib/vgpud`, `dev/vfio`, `dev/vfio/devices`) are only created when
@@ -14,6 +15,8 @@
 //! | 0000:00:03.0 | 8086:2030 PCIe root port        | 0x060400 | pcieport | 2     | 0    |
 //! | 0000:02:00.0 | 8086:10fb 82599ES 10 GbE        | 0x020000 | ixgbe    | 3     | 0    |
 //! | 0000:02:00.1 | 8086:10fb 82599ES 10 GbE        | 0x020000 | ixgbe    | 3     | 0    |
+//!
+//! The NIC's functions carry the interfaces ixgbe registers (`net/eth<N>`).
 
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, IO, MEM64_PREF};
 use crate::simulate::SimError;
@@ -22,6 +25,14 @@ use crate::simulate::SimError;
 const INTEL: u16 = 0x8086;
 
 pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
+    base(tree)?;
+    tree.driver("pci", "pci-pf-stub")?;
+    devices(tree)
+}
+
+/// The directories, the PCI and mdev buses with `drivers_probe`, `drivers_autoprobe` and the
+/// `vfio-pci` driver, and the IOMMU `dmar0`: what any host vgpud runs on has.
+pub(super) fn base(tree: &Tree) -> Result<(), SimError> {
     for d in [
         "etc",
         // mdevctl 1.4 refuses to run without these below its MDEVCTL_ENV_ROOT.
@@ -46,9 +57,13 @@ pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
     }
     tree.link("sys/class/iommu/dmar0", "sys/devices/virtual/iommu/dmar0")?;
     tree.driver("pci", "vfio-pci")?;
-    tree.driver("pci", "pci-pf-stub")?;
     tree.file_if_missing("sys/bus/pci/drivers_probe", "", 0o200)?;
     tree.file_if_missing("sys/bus/pci/drivers_autoprobe", "1\n", 0o644)?;
+    Ok(())
+}
+
+/// The platform's PCI devices: host bridge, root port, NIC.
+fn devices(tree: &Tree) -> Result<(), SimError> {
     write_root_complex(tree, 0, 0)?;
 
     let host_bridge = PciFn {
@@ -100,9 +115,26 @@ pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
             ],
             secondary_bus: None,
         };
-        write_pci(tree, &nic)?;
+        let rel = write_pci(tree, &nic)?;
+        netdev(tree, &rel)?;
     }
     Ok(())
+}
+
+/// The interface a network driver registered on the function at `rel` (`binding.rs`), unless
+/// it has one (the profile is written again).
+pub(super) fn netdev(tree: &Tree, rel: &str) -> Result<(), SimError> {
+    let has =
+        std::fs::read_dir(tree.path(&format!("{rel}/net"))).is_ok_and(|mut d| d.next().is_some());
+    if has {
+        return Ok(());
+    }
+    crate::simulate::binding::netdev_register(&tree.path("sys"), &tree.path(rel))
+        .map(|_| ())
+        .map_err(|source| SimError::Io {
+            path: tree.path(rel),
+            source,
+        })
 }
 
 /// An Intel PCIe root port (8086:2030, driver `pcieport`) at `path` bridging to `secondary`.

@@ -617,6 +617,9 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
     let node = group.as_ref().map(|g| w.root(&format!("dev/vfio/{g}")));
     r.fact("mdev.create.mdev_type", format!("{ty:?}"));
     r.fact("mdev.create.has_iommu_group", group.is_some());
+    // The kernel hands out the lowest free group number: the simulated tree has the VM's groups.
+    r.fact("mdev.create.iommu_group", format!("{group:?}"));
+    r.fact("mdev.create.vfio_dev", listing(&dev.join("vfio-dev")));
     r.fact(
         "mdev.create.dev_vfio_node",
         node.as_ref().is_some_and(|n| n.exists()),
@@ -634,6 +637,15 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
         listing(&w.root("sys/class/mdev_bus/mtty/"))
     ));
     info(format!(
+        "mtty parent uevent: {:?}",
+        std::fs::read_to_string(w.root("sys/class/mdev_bus/mtty/uevent"))
+    ));
+    info(format!(
+        "mdev vfio-dev: {}; dev/vfio: {}",
+        listing(&dev.join("vfio-dev")),
+        listing(&w.root("dev/vfio"))
+    ));
+    info(format!(
         "type directory: {}",
         listing(&w.root("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2"))
     ));
@@ -642,6 +654,7 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
         ty.as_deref() == Some("mtty-2") && node.as_ref().is_some_and(|n| n.exists()),
         format!("mdev_type {ty:?}, iommu_group {group:?}, node {node:?}"),
     );
+    // Not compared: the simulator's /dev/vfio/N is a regular file standing in for the node.
     if w.real() {
         if let Some(n) = &node {
             use std::os::unix::fs::FileTypeExt;
@@ -683,6 +696,8 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
         avail1 == "mtty-1:22 mtty-2:11" && w.kernel_available() == avail1,
         format!("vgpud {avail1}, kernel {}", w.kernel_available()),
     );
+    // The VFIO handshake is a real-kernel-only check, never a FACT: the simulator's
+    // /dev/vfio/N is a regular file, so its ioctls cannot work.
     if w.real() {
         if let Some(g) = &group {
             let h = vfio_handshake(g.parse().unwrap_or(-1), &[U1]);
@@ -713,7 +728,9 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
     }
     if w.real() {
         // The kernel's own answer to a duplicate UUID, and vgpud's answer to a UUID another
-        // tool used behind its back.
+        // tool used behind its back. Only the real kernel: on the simulated tree a write by another process than vgpud is a
+        // plain file write (the simulator's side effects are applied by vgpud's own writes),
+        // so there is no kernel to answer it.
         let kernel = std::fs::write(
             w.root("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create"),
             U1,
@@ -780,6 +797,9 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
         ),
     );
     if w.real() {
+        // Only the real kernel: on the simulated tree a write by another process than vgpud is a
+        // plain file write (the simulator's side effects are applied by vgpud's own writes),
+        // so there is no kernel to answer it.
         let kernel = std::fs::write(
             w.root("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create"),
             U2,
@@ -922,7 +942,9 @@ async fn persistence(w: &mut World, r: &mut Report) {
 
     if w.real() {
         // Behind vgpud's back while it is down: the transient device goes, another tool makes
-        // one. At start vgpud forgets the first and adopts the second.
+        // one. At start vgpud forgets the first and adopts the second. Only the real kernel: on the simulated tree a write by another process than vgpud is a
+        // plain file write (the simulator's side effects are applied by vgpud's own writes),
+        // so there is no kernel to answer it.
         w.kill_vgpud();
         let rm = std::fs::write(w.root(&format!("sys/bus/mdev/devices/{T1}/remove")), "1");
         let mk = std::fs::write(
@@ -1039,7 +1061,40 @@ async fn pci_section(w: &mut World, r: &mut Report) {
                 .ok()
                 .and_then(|p| p.parent().map(|p| p.display().to_string()))
         ));
+        info(format!(
+            "pci {a} subsystem {}:{} revision {} numa_node {} boot_vga {:?} pci_bus {:?} net {:?} resource {:?}",
+            read_trim(&d.join("subsystem_vendor")),
+            read_trim(&d.join("subsystem_device")),
+            read_trim(&d.join("revision")),
+            read_trim(&d.join("numa_node")),
+            std::fs::read_to_string(d.join("boot_vga")).ok().map(|s| s.trim().to_string()),
+            listing(&d.join("pci_bus")),
+            listing(&d.join("net")),
+            std::fs::read_to_string(d.join("resource"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.starts_with("0x0000000000000000 0x0000000000000000"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
     }
+    info(format!(
+        "sys/bus/pci/drivers: {}",
+        listing(&w.root("sys/bus/pci/drivers"))
+    ));
+    info(format!(
+        "sys/class/iommu: {}",
+        listing(&w.root("sys/class/iommu"))
+    ));
+    info(format!(
+        "sys/kernel/iommu_groups: {}",
+        listing(&w.root("sys/kernel/iommu_groups"))
+    ));
+    info(format!(
+        "sys/class/graphics: {}",
+        listing(&w.root("sys/class/graphics"))
+    ));
+    info(format!("dev/vfio: {}", listing(&w.root("dev/vfio"))));
     let vgas = find_pci(w, "0x1234", "0x1111");
     let nics = find_pci(w, "0x8086", "0x10d3");
     let edus = find_pci(w, "0x1234", "0x11e8");
@@ -1091,7 +1146,10 @@ async fn pci_section(w: &mut World, r: &mut Report) {
                 let modes = p.sharing_modes().await.unwrap_or_default();
                 r.fact(
                     &format!("pci.gpu.{}", if a == &gpu_a { "a" } else { "b" }),
-                    format!("driver={:?} modes={modes:?} model={:?}", g.2, g.1),
+                    format!(
+                        "driver={:?} modes={modes:?} model={:?} group={grp}",
+                        g.2, g.1
+                    ),
                 );
                 if pci_group(w, a).as_deref() != Some(grp.to_string().as_str()) {
                     ok = false;
@@ -1160,6 +1218,12 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         .await;
     let drivers = (pci_driver(w, &gpu_a), pci_driver(w, &nic));
     r.fact("pci.passthrough.drivers", format!("{drivers:?}"));
+    r.fact(
+        "pci.passthrough.nic_interfaces",
+        std::fs::read_dir(w.root(&format!("sys/bus/pci/devices/{nic}/net")))
+            .map(|d| d.count())
+            .unwrap_or(0),
+    );
     r.check(
         "pci.passthrough",
         a_try.is_ok() && drivers == ("vfio-pci".into(), "vfio-pci".into()),
@@ -1169,6 +1233,20 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         ),
     );
     let group_a = pci_group(w, &gpu_a).unwrap_or_default();
+    r.fact(
+        "pci.passthrough.vfio_dev",
+        format!(
+            "A {}, A.1 {}",
+            listing(&w.root(&format!("sys/bus/pci/devices/{gpu_a}/vfio-dev"))),
+            listing(&w.root(&format!("sys/bus/pci/devices/{nic}/vfio-dev")))
+        ),
+    );
+    info(format!(
+        "passed-through {gpu_a}: {}; vfio-dev: {}; dev/vfio: {}",
+        listing(&w.root(&format!("sys/bus/pci/devices/{gpu_a}"))),
+        listing(&w.root(&format!("sys/bus/pci/devices/{gpu_a}/vfio-dev"))),
+        listing(&w.root("dev/vfio"))
+    ));
     if let Ok((_, path)) = &a_try {
         let d = w.device(path).await;
         let f = d.functions().await.unwrap_or_default();
@@ -1196,6 +1274,7 @@ async fn pci_section(w: &mut World, r: &mut Report) {
             && (xml.contains("function=\"0x1\"") || xml.contains("function='0x1'")),
         &xml,
     );
+    // Real kernel only (not a FACT): the simulator's /dev/vfio/N is a regular file.
     if w.real() {
         let h = vfio_handshake(group_a.parse().unwrap_or(-1), &[&gpu_a, &nic]);
         r.check(
@@ -1251,13 +1330,12 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         !overrides.0.contains("vfio") && !overrides.1.contains("vfio"),
         format!("{overrides:?}"),
     );
-    if w.real() {
-        r.check(
-            "pci.nic_works_again",
-            net > 0,
-            "the e1000e has no network interface",
-        );
-    }
+    r.fact("pci.remove.nic_interfaces", net);
+    r.check(
+        "pci.nic_works_again",
+        net > 0,
+        "the e1000e has no network interface",
+    );
 
     // With force, GPU B takes the edu along.
     let b_force = m
@@ -1280,6 +1358,7 @@ async fn pci_section(w: &mut World, r: &mut Report) {
             b_force.as_ref().map_err(error_text)
         ),
     );
+    // Real kernel only (not a FACT): the simulator's /dev/vfio/N is a regular file.
     if w.real() {
         let g = pci_group(w, &gpu_b).unwrap_or_default();
         let h = vfio_handshake(g.parse().unwrap_or(-1), &[&gpu_b, &edu]);
