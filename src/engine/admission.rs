@@ -1,6 +1,8 @@
 //! First come, first served admission of creates: one FIFO queue per type, so that under a
 //! login storm an earlier request for a type is never refused while a later one for the same
-//! type gets a device. Requests for different types do not wait for each other.
+//! type gets a device. Requests for different types do not wait for each other, and neither
+//! do requests pinned to different GPUs (their queue is the type's on that GPU), so a busy
+//! GPU never holds back a call on another.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -54,12 +56,19 @@ pub(super) struct Admissions {
 
 impl Engine {
     /// The queue of the type the candidates offer (named by its name, as every GPU offering
-    /// it names it).
-    pub(super) fn admission(&self, candidates: &[(String, MdevType)]) -> Arc<FairQueue> {
-        let key = candidates
+    /// it names it), on `pinned` GPU when the request names one.
+    pub(super) fn admission(
+        &self,
+        candidates: &[(String, MdevType)],
+        pinned: Option<&str>,
+    ) -> Arc<FairQueue> {
+        let mut key = candidates
             .first()
             .map(|(_, t)| t.name.to_ascii_lowercase())
             .unwrap_or_default();
+        if let Some(gpu) = pinned {
+            key = format!("{key}@{gpu}");
+        }
         lock(&self.admissions.queues)
             .entry(key)
             .or_default()

@@ -100,7 +100,7 @@ impl Engine {
                 autostart: req.autostart,
             },
         )?;
-        let admission = self.admission(&candidates);
+        let admission = self.admission(&candidates, req.parent.as_deref());
         let turn = admission.wait_turn();
         refusals.clear();
         for (parent, ty) in open {
