@@ -528,30 +528,45 @@ impl Engine {
         }
         let policy = req.policy.unwrap_or(self.placement.policy);
         let numa = req.numa_node.or(self.placement.numa_node);
-        let (pf_of, numa_of): (BTreeMap<String, String>, BTreeMap<String, Option<u32>>) = {
-            let gpus = self.gpus();
-            (
-                gpus.values()
-                    .filter_map(|e| Some((e.gpu.address.clone(), e.gpu.physical_function.clone()?)))
-                    .collect(),
-                gpus.values()
-                    .map(|e| (e.gpu.address.clone(), e.gpu.numa_node))
-                    .collect(),
-            )
-        };
-        // Per GPU: active devices, and active devices of each type.
-        let mut load: BTreeMap<String, (usize, BTreeMap<String, usize>)> = BTreeMap::new();
+        // Per GPU (VF parents counted with their physical GPU): its NUMA node and the
+        // framebuffer size of each of its types.
+        let mut pf_of: BTreeMap<String, String> = BTreeMap::new();
+        let mut numa_of: BTreeMap<String, Option<u32>> = BTreeMap::new();
+        let mut fb_of: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for e in self.gpus().values() {
+            let gpu = e
+                .gpu
+                .physical_function
+                .clone()
+                .unwrap_or_else(|| e.gpu.address.clone());
+            pf_of.insert(e.gpu.address.clone(), gpu.clone());
+            numa_of.insert(e.gpu.address.clone(), e.gpu.numa_node);
+            for t in &e.gpu.types {
+                fb_of.insert((gpu.clone(), t.id.clone()), t.framebuffer_bytes());
+            }
+        }
+        // Per GPU: active devices, and how many run the requested framebuffer size (or type,
+        // where the size is unknown).
+        let mut load: BTreeMap<String, (usize, Vec<(String, u64)>)> = BTreeMap::new();
         for d in lock(&self.registry).devices.values().filter(|d| d.active) {
-            let gpu = pf_of.get(&d.parent).unwrap_or(&d.parent);
-            let entry = load.entry(gpu.clone()).or_default();
+            let gpu = pf_of.get(&d.parent).unwrap_or(&d.parent).clone();
+            let fb = fb_of
+                .get(&(gpu.clone(), d.type_id.clone()))
+                .copied()
+                .unwrap_or(0);
+            let entry = load.entry(gpu).or_default();
             entry.0 += 1;
-            *entry.1.entry(d.type_id.clone()).or_default() += 1;
+            entry.1.push((d.type_id.clone(), fb));
         }
         matches.sort_by_key(|(parent, ty)| {
-            let (active, by_type) = load.get(parent).cloned().unwrap_or_default();
-            let runs_type = by_type.get(&ty.id).copied().unwrap_or(0);
+            let (active, running) = load.get(parent).cloned().unwrap_or_default();
+            let fb = ty.framebuffer_bytes();
+            let alike = running
+                .iter()
+                .filter(|(id, f)| *id == ty.id || (fb > 0 && *f == fb))
+                .count();
             let off_node = numa.is_some() && numa_of.get(parent).copied().flatten() != numa;
-            placement_key(policy, off_node, active, runs_type, parent)
+            placement_key(policy, off_node, active, alike, parent)
         });
         Ok(matches)
     }
@@ -689,18 +704,19 @@ impl Engine {
 }
 
 /// The sort key of a candidate GPU (smaller goes first). Off the preferred NUMA node goes
-/// last under either policy. `pack` takes GPUs running the type first, fullest first, then
-/// GPUs with other devices, then empty ones; `spread` takes the least loaded first.
+/// last under either policy. `pack` takes GPUs running the type or its framebuffer size
+/// (`alike` devices; NVIDIA runs one size at a time) first, fullest first, then GPUs with
+/// other devices, then empty ones; `spread` takes the least loaded first.
 pub fn placement_key(
     policy: Policy,
     off_node: bool,
     active: usize,
-    runs_type: usize,
+    alike: usize,
     address: &str,
 ) -> (bool, u8, usize, String) {
     match policy {
         Policy::Pack => {
-            let tier = if runs_type > 0 {
+            let tier = if alike > 0 {
                 0
             } else if active > 0 {
                 1

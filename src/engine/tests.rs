@@ -611,3 +611,17 @@ fn passthrough_refuses_the_console_gpu_and_shared_groups() {
     assert_eq!(made.functions.len(), 2);
     e.remove_device(&made.uuid).expect("remove");
 }
+
+#[test]
+fn pack_joins_a_gpu_running_the_same_framebuffer_size_in_another_series() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let gpus = nvidia_gpus(&e);
+    let mut pinned = req("RTX6000-4Q");
+    pinned.parent = Some(gpus[1].clone());
+    e.create_device(&pinned).expect("4Q on the second GPU");
+    let next = e.create_device(&req("RTX6000-4A")).expect("4A");
+    assert_eq!(
+        next.parent, gpus[1],
+        "4 GiB next to 4 GiB, the first GPU stays whole"
+    );
+}
