@@ -19,11 +19,22 @@ pub struct Manager {
     pub(super) libvirt: Arc<dyn LibvirtOps>,
 }
 
+/// How many engine calls run at once. Calls on different GPUs run in parallel up to this
+/// many; more would only make threads fight over the CPU and the disk under a storm (a
+/// thousand calls would otherwise be a thousand threads). Waiting calls queue in arrival
+/// order (the semaphore is fair), which keeps first come, first served.
+const ENGINE_CALLS: usize = 16;
+
 /// Runs engine work on the blocking pool: sysfs writes block, and calls on different GPUs
 /// must run in parallel.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
 ) -> Result<T> {
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(ENGINE_CALLS);
+    let _slot = SLOTS
+        .acquire()
+        .await
+        .map_err(|e| Error::Failed(format!("internal: {e}")))?;
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r.map_err(Error::from),
         Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
