@@ -14,11 +14,7 @@ impl Engine {
     /// that it is set again at boot (0 forgets it). Refuses to disable or change VFs that
     /// carry devices. Returns the number of VFs enabled now.
     pub fn set_vf_count(&self, pf: &str, count: u32, persistent: bool) -> EngineResult<u32> {
-        super::request::check_name("gpu", pf)?;
-        let gpu_lock = self
-            .gpu_lock(pf)
-            .filter(|_| self.with_gpu(pf, |g| g.is_physical()).unwrap_or(false))
-            .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
+        let gpu_lock = self.physical_gpu_lock(pf)?;
         let held = lock(&gpu_lock);
         let now = self.apply_vf_count_locked(pf, count)?;
         drop(held);
@@ -29,6 +25,14 @@ impl Engine {
                 .map_err(|e| EngineError::persist(format!("recording the VF count of {pf}"), e))?;
         }
         Ok(now)
+    }
+
+    /// The lock of a physical GPU named by a caller (checked as a name first).
+    fn physical_gpu_lock(&self, pf: &str) -> EngineResult<std::sync::Arc<std::sync::Mutex<()>>> {
+        super::request::check_name("gpu", pf)?;
+        self.gpu_lock(pf)
+            .filter(|_| self.with_gpu(pf, |g| g.is_physical()).unwrap_or(false))
+            .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))
     }
 
     fn settings(&self, pf: &str) -> EngineResult<persist::sriov::GpuSettings> {
@@ -46,11 +50,7 @@ impl Engine {
     /// set again at boot, after the VFs and before any vGPU. The GPU must share through
     /// vGPUs on VFs (enabled) and carry none.
     pub fn set_heterogeneous(&self, pf: &str, enabled: bool, persistent: bool) -> EngineResult<()> {
-        super::request::check_name("gpu", pf)?;
-        let gpu_lock = self
-            .gpu_lock(pf)
-            .filter(|_| self.with_gpu(pf, |g| g.is_physical()).unwrap_or(false))
-            .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
+        let gpu_lock = self.physical_gpu_lock(pf)?;
         let held = lock(&gpu_lock);
         if !self.offers_sriov_vgpu(pf) {
             return Err(EngineError::NotSupported(format!(
