@@ -467,6 +467,27 @@ pub fn nvidia_placement(board_gib: u64, type_gib: u64) -> Option<(u64, u64)> {
         .find(|(size, _)| *size >= type_gib && *size > 0)
 }
 
+/// In heterogeneous mode, the placement ids a vGPU of `type_gib` could take on a board of
+/// `board_gib` whose vGPUs sit at `taken` (placement id, type GiB), lowest first: those whose
+/// placement overlaps none of theirs.
+pub fn nvidia_free_placements(board_gib: u64, type_gib: u64, taken: &[(u64, u64)]) -> Vec<u64> {
+    let Some((size, slots)) = nvidia_placement(board_gib, type_gib) else {
+        return Vec::new();
+    };
+    let spans: Vec<(u64, u64)> = taken
+        .iter()
+        .filter_map(|(at, gib)| Some((*at, nvidia_placement(board_gib, *gib)?.0)))
+        .collect();
+    (0..slots)
+        .map(|i| i * size)
+        .filter(|id| {
+            spans
+                .iter()
+                .all(|(at, len)| id + size <= *at || at + len <= *id)
+        })
+        .collect()
+}
+
 /// The types of one board, by the name prefix without the vendor word (`RTX6000`, `T4`, `A40`).
 pub fn nvidia_board_types(board: &str) -> Vec<&'static NvidiaTypeInfo> {
     nvidia_types()
@@ -816,6 +837,11 @@ mod tests {
             "L4-6Q: size 6, ids 0 6 12 18"
         );
         assert_eq!(nvidia_placement(48, 49), None);
+        // An 8 GiB vGPU at 0 and a 4 GiB one at 12 on 48 GiB: 4 GiB placements left.
+        assert_eq!(
+            nvidia_free_placements(48, 4, &[(0, 8), (12, 4)]),
+            vec![18, 24, 30, 36, 42]
+        );
         assert_eq!(nvidia_board_framebuffer_gib("L40S"), Some(48));
     }
 }

@@ -120,23 +120,12 @@ fn domain_devices(
             parent: dev.parent,
             display,
         }]),
-        DeviceKind::SriovVgpu => match dev.address.clone().filter(|_| dev.active) {
-            Some(vf) => Ok(vec![pci(vf, &dev)]),
-            None => Err(EngineError::NotFound(format!(
-                "device {} holds no VF while it is not active: start it first",
-                dev.uuid
-            ))),
-        },
-        DeviceKind::Passthrough => {
-            let mut addresses: Vec<String> =
-                dev.functions.iter().map(|f| f.address.clone()).collect();
-            addresses.sort();
-            if let Some(main) = &dev.address {
-                addresses.retain(|a| a != main);
-                addresses.insert(0, main.clone());
-            }
-            Ok(addresses.into_iter().map(|a| pci(a, &dev)).collect())
-        }
+        DeviceKind::SriovVgpu => Ok(vec![pci(dev.held_vf()?, &dev)]),
+        DeviceKind::Passthrough => Ok(dev
+            .passthrough_functions()
+            .into_iter()
+            .map(|a| pci(a, &dev))
+            .collect()),
     }
 }
 

@@ -270,26 +270,16 @@ pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu], heterogeneous: bool) -> Ve
 /// board or the type's size is unknown.
 fn free_placements(model: &str, t: &MdevType, vfs: &[sriov::VfVgpu]) -> Option<u32> {
     let board = catalog::nvidia_board_framebuffer_gib(model)?;
-    let gib = t.framebuffer_bytes() >> 30;
-    let (size, slots) = catalog::nvidia_placement(board, gib)?;
     let taken: Vec<(u64, u64)> = vfs
         .iter()
         .filter(|v| v.current != 0)
         .filter_map(|v| {
-            let at = v.placement_id?;
-            let fb = catalog::nvidia_type_by_id(v.current)?.framebuffer_mib / 1024;
-            Some((at, catalog::nvidia_placement(board, fb)?.0))
+            let gib = catalog::nvidia_type_by_id(v.current)?.framebuffer_mib / 1024;
+            Some((v.placement_id?, gib))
         })
         .collect();
-    let free = (0..slots)
-        .map(|i| i * size)
-        .filter(|id| {
-            taken
-                .iter()
-                .all(|(at, len)| id + size <= *at || at + len <= *id)
-        })
-        .count();
-    u32::try_from(free).ok()
+    let free = catalog::nvidia_free_placements(board, t.framebuffer_bytes() >> 30, &taken);
+    u32::try_from(free.len()).ok()
 }
 
 /// The framebuffer size a type's name gives (`L40S-4Q` = 4 GiB), for types no table knows.

@@ -71,6 +71,30 @@ pub struct DeviceInfo {
     pub functions: Vec<MovedFunction>,
 }
 
+impl DeviceInfo {
+    /// The VF an SR-IOV vGPU is on; `NotFound` while it is not active (it holds none).
+    pub fn held_vf(&self) -> EngineResult<String> {
+        self.address.clone().filter(|_| self.active).ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "device {} holds no VF while it is not active: start it first",
+                self.uuid
+            ))
+        })
+    }
+
+    /// A passthrough device's functions in guest order: the function asked for first (it is
+    /// function 0 in the guest), then the others by address.
+    pub fn passthrough_functions(&self) -> Vec<String> {
+        let mut addresses: Vec<String> = self.functions.iter().map(|f| f.address.clone()).collect();
+        addresses.sort();
+        if let Some(main) = &self.address {
+            addresses.retain(|a| a != main);
+            addresses.insert(0, main.clone());
+        }
+        addresses
+    }
+}
+
 /// Something that happened to a device behind vgpud's back, and what vgpud did about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
@@ -673,24 +697,9 @@ impl Engine {
                 ramfb: opts.ramfb,
             })
             .map(|x| vec![x]),
-            DeviceKind::SriovVgpu => {
-                let Some(vf) = info.address.clone().filter(|_| info.active) else {
-                    return Err(EngineError::NotFound(format!(
-                        "device {uuid} holds no VF while it is not active: start it first"
-                    )));
-                };
-                xml::render_pci_functions(&[vf], opts.guest_bus)
-            }
+            DeviceKind::SriovVgpu => xml::render_pci_functions(&[info.held_vf()?], opts.guest_bus),
             DeviceKind::Passthrough => {
-                let mut addresses: Vec<String> =
-                    info.functions.iter().map(|f| f.address.clone()).collect();
-                addresses.sort();
-                if let Some(main) = &info.address {
-                    // The function asked for is function 0 in the guest.
-                    addresses.retain(|a| a != main);
-                    addresses.insert(0, main.clone());
-                }
-                xml::render_pci_functions(&addresses, opts.guest_bus)
+                xml::render_pci_functions(&info.passthrough_functions(), opts.guest_bus)
             }
         };
         rendered.map_err(|e| match e {

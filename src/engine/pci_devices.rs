@@ -531,10 +531,7 @@ impl Engine {
                 Some(vf) => sriov::read_vf_vgpu(&self.host, vf)
                     .ok()
                     .flatten()
-                    .is_some_and(|s| {
-                        s.current != 0
-                            && Some(s.current) == sriov::nvidia_type_number(&info.type_id)
-                    }),
+                    .is_some_and(|s| holds_type(&s, &info.type_id)),
                 None => false,
             },
             DeviceKind::Passthrough => {
@@ -584,9 +581,7 @@ impl Engine {
             DeviceKind::SriovVgpu => {
                 let state = sriov::read_vf_vgpu(&self.host, address)
                     .map_err(|e| EngineError::host(format!("reading {address}"), e))?;
-                let ours = state.is_some_and(|s| {
-                    s.current != 0 && Some(s.current) == sriov::nvidia_type_number(type_id)
-                });
+                let ours = state.is_some_and(|s| holds_type(&s, type_id));
                 if !ours {
                     return Ok(());
                 }
@@ -719,23 +714,54 @@ impl Engine {
         records: &[&state::DeviceRecord],
         devices: &mut BTreeMap<String, DeviceInfo>,
     ) -> EngineResult<()> {
+        // Every VF of the GPUs sharing through vGPUs on VFs, read once for this look.
+        let pfs: Vec<String> = self
+            .gpus()
+            .values()
+            .filter(|e| {
+                e.gpu
+                    .sharing_modes
+                    .contains(&crate::model::SharingMode::SriovVgpu)
+            })
+            .map(|e| e.gpu.address.clone())
+            .collect();
+        let mut vfs: BTreeMap<String, (String, VfVgpu)> = BTreeMap::new();
+        for pf in &pfs {
+            for s in self.vf_states(pf)? {
+                vfs.insert(s.vf.clone(), (pf.clone(), s));
+            }
+        }
+        // A record may name a VF of a GPU the inventory does not show sharing that way (yet).
+        let vf_state = |vf: &str| -> Option<VfVgpu> {
+            match vfs.get(vf) {
+                Some((_, s)) => Some(s.clone()),
+                None => sriov::read_vf_vgpu(&self.host, vf).ok().flatten(),
+            }
+        };
         let mut holders: BTreeMap<String, (u64, String)> = BTreeMap::new();
         let mut infos = Vec::new();
         for rec in records {
             let mut info = self.describe_record(rec);
-            info.active = self.pci_device_active(&info);
-            if info.active && info.kind == DeviceKind::SriovVgpu {
-                if let Some(vf) = &info.address {
-                    let key = (info.created, info.uuid.clone());
-                    let best = holders.entry(vf.clone()).or_insert_with(|| key.clone());
-                    if key > *best {
-                        *best = key;
-                    }
+            let state = match (info.kind, &info.address) {
+                (DeviceKind::SriovVgpu, Some(vf)) => {
+                    vf_state(vf).filter(|s| holds_type(s, &info.type_id))
+                }
+                _ => None,
+            };
+            info.active = match info.kind {
+                DeviceKind::SriovVgpu => state.is_some(),
+                _ => self.pci_device_active(&info),
+            };
+            if let (Some(_), Some(vf)) = (&state, &info.address) {
+                let key = (info.created, info.uuid.clone());
+                let best = holders.entry(vf.clone()).or_insert_with(|| key.clone());
+                if key > *best {
+                    *best = key;
                 }
             }
-            infos.push(info);
+            infos.push((info, state));
         }
-        for mut info in infos {
+        for (mut info, state) in infos {
             if info.active && info.kind == DeviceKind::SriovVgpu {
                 let holds = info
                     .address
@@ -749,53 +775,39 @@ impl Engine {
             }
             if info.active {
                 info.iommu_group = info.address.as_deref().and_then(|a| self.group_of(a));
-                if let (DeviceKind::SriovVgpu, Some(vf)) = (info.kind, &info.address) {
-                    if let Ok(Some(s)) = sriov::read_vf_vgpu(&self.host, vf) {
-                        info.attributes = vf_attributes(&s);
-                    }
+                if let Some(s) = &state {
+                    info.attributes = vf_attributes(s);
                 }
             }
             if info.active || info.persistent {
                 devices.insert(info.uuid.clone(), info);
             }
         }
-        let pfs: Vec<String> = self
-            .gpus()
-            .values()
-            .filter(|e| {
-                e.gpu
-                    .sharing_modes
-                    .contains(&crate::model::SharingMode::SriovVgpu)
-            })
-            .map(|e| e.gpu.address.clone())
-            .collect();
-        for pf in pfs {
-            for s in self.vf_states(&pf)? {
-                if s.current == 0 || holders.contains_key(&s.vf) {
-                    continue;
-                }
-                let type_id = format!("nvidia-{}", s.current);
-                let uuid = adopted_uuid(&s.vf, &type_id);
-                devices.insert(
-                    uuid.clone(),
-                    DeviceInfo {
-                        uuid,
-                        type_name: self.type_name(&pf, &type_id),
-                        parent: pf.clone(),
-                        type_id,
-                        owner: String::new(),
-                        iommu_group: self.group_of(&s.vf),
-                        attributes: vf_attributes(&s),
-                        active: true,
-                        persistent: false,
-                        autostart: false,
-                        created: 0,
-                        kind: DeviceKind::SriovVgpu,
-                        address: Some(s.vf.clone()),
-                        functions: Vec::new(),
-                    },
-                );
+        for (vf, (pf, s)) in &vfs {
+            if s.current == 0 || holders.contains_key(vf) {
+                continue;
             }
+            let type_id = format!("nvidia-{}", s.current);
+            let uuid = adopted_uuid(vf, &type_id);
+            devices.insert(
+                uuid.clone(),
+                DeviceInfo {
+                    uuid,
+                    type_name: self.type_name(pf, &type_id),
+                    parent: pf.clone(),
+                    type_id,
+                    owner: String::new(),
+                    iommu_group: self.group_of(vf),
+                    attributes: vf_attributes(s),
+                    active: true,
+                    persistent: false,
+                    autostart: false,
+                    created: 0,
+                    kind: DeviceKind::SriovVgpu,
+                    address: Some(vf.clone()),
+                    functions: Vec::new(),
+                },
+            );
         }
         Ok(())
     }
@@ -813,6 +825,11 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Whether a VF's vGPU is of `type_id` (`nvidia-<id>`).
+fn holds_type(s: &VfVgpu, type_id: &str) -> bool {
+    s.current != 0 && Some(s.current) == sriov::nvidia_type_number(type_id)
 }
 
 /// The vendor attributes of a VF vGPU as the Device reports them.

@@ -99,42 +99,30 @@ fn board_gib(vf: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The placements taken on the GPU of `pf`: (id, size) of each VF's vGPU.
-fn taken(pf: &Path, board: u64) -> io::Result<Vec<(u64, u64)>> {
+/// The placements taken on the GPU of `pf`: (placement id, type GiB) of each VF's vGPU.
+fn taken(pf: &Path) -> io::Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();
     for vf in binding::virtfns(pf)? {
         let id = current(&vf);
         if id == 0 {
             continue;
         }
-        let Some(at) = fsx::read_opt(&vf.join("nvidia/placement_id"))
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        else {
-            continue;
-        };
-        let size = u32::try_from(id)
+        let at = fsx::read_opt(&vf.join("nvidia/placement_id"))
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let gib = u32::try_from(id)
             .ok()
             .and_then(catalog::nvidia_type_by_id)
-            .and_then(|t| catalog::nvidia_placement(board, t.framebuffer_mib / 1024))
-            .map_or(0, |(size, _)| size);
-        out.push((at, size));
+            .map(|t| t.framebuffer_mib / 1024);
+        if let (Some(at), Some(gib)) = (at, gib) {
+            out.push((at, gib));
+        }
     }
     Ok(out)
 }
 
 /// The free placement ids of a type on a GPU in heterogeneous mode, lowest first.
 fn free_placements(board: u64, t: &NvidiaTypeInfo, taken: &[(u64, u64)]) -> Vec<u64> {
-    let Some((size, slots)) = catalog::nvidia_placement(board, t.framebuffer_mib / 1024) else {
-        return Vec::new();
-    };
-    (0..slots)
-        .map(|i| i * size)
-        .filter(|id| {
-            taken
-                .iter()
-                .all(|(at, len)| id + size <= *at || at + len <= *id)
-        })
-        .collect()
+    catalog::nvidia_free_placements(board, t.framebuffer_mib / 1024, taken)
 }
 
 /// The types a VF offers now (see the module doc).
@@ -147,7 +135,7 @@ pub(crate) fn creatable(vf: &Path) -> io::Result<Vec<&'static NvidiaTypeInfo>> {
     };
     if heterogeneous(&pf) {
         let board = board_gib(vf);
-        let taken = taken(&pf, board)?;
+        let taken = taken(&pf)?;
         return Ok(board_types(vf)
             .into_iter()
             .filter(|t| !free_placements(board, t, &taken).is_empty())
@@ -287,7 +275,7 @@ fn placement_for(vf: &Path, id: i64) -> io::Result<Option<u64>> {
     let Some(t) = u32::try_from(id).ok().and_then(catalog::nvidia_type_by_id) else {
         return Err(errno(Errno::EIO));
     };
-    let free = free_placements(board, t, &taken(&pf, board)?);
+    let free = free_placements(board, t, &taken(&pf)?);
     let asked = fsx::read_opt(&vf.join("nvidia/vgpu_params")).and_then(|p| {
         p.split([',', ' ', '\n'])
             .find_map(|kv| kv.trim().strip_prefix("vgpu-placement-id="))
