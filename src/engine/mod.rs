@@ -169,6 +169,8 @@ pub struct Engine {
     nvidia_smi: PathBuf,
     /// The heterogeneous vGPU mode of each GPU, as vgpud set it (or its record says it is).
     modes: Mutex<BTreeMap<String, bool>>,
+    /// Autostart devices whose start on a GPU that appeared failed: tried again at every look.
+    autostart_pending: Mutex<BTreeSet<String>>,
 }
 
 /// Where NVIDIA installs `nvidia-smi`, relative to the root.
@@ -199,6 +201,7 @@ impl Engine {
             admissions: admission::Admissions::default(),
             nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
             modes: Mutex::new(BTreeMap::new()),
+            autostart_pending: Mutex::new(BTreeSet::new()),
         };
         // A GPU recorded in heterogeneous mode that runs vGPUs is still in it (a reboot or
         // driver reload would have ended the vGPUs); the restore sets it again otherwise.

@@ -624,24 +624,38 @@ impl Engine {
             (Vec::new(), Vec::new())
         };
         let mut changes = self.refresh(false)?;
-        if !gpus_added.is_empty() {
-            let waiting: Vec<String> = self
-                .list_devices()
+        // Autostart devices of GPUs that appeared are started; one whose start failed (a
+        // driver still registering its types, say) is tried again at every look until it
+        // starts or stops being an autostart device of a present GPU.
+        let retry = std::mem::take(&mut *lock(&self.autostart_pending));
+        let inactive: Vec<DeviceInfo> = self
+            .list_devices()
+            .into_iter()
+            .filter(|d| d.persistent && d.autostart && !d.active)
+            .collect();
+        let waiting: Vec<(String, bool)> = {
+            // Taken after the registry's lock is released: the registry's comes first.
+            let gpus = self.gpus();
+            inactive
                 .into_iter()
-                .filter(|d| {
-                    d.persistent && d.autostart && !d.active && gpus_added.contains(&d.parent)
+                .filter(|d| gpus.contains_key(&d.parent))
+                .filter_map(|d| {
+                    let again = retry.contains(&d.uuid);
+                    (again || gpus_added.contains(&d.parent)).then_some((d.uuid, again))
                 })
-                .map(|d| d.uuid)
-                .collect();
-            for uuid in waiting {
-                match self.start_device(&uuid) {
-                    Ok(started) => {
-                        changes.updated.retain(|d| d.uuid != uuid);
-                        changes.updated.push(started);
+                .collect()
+        };
+        for (uuid, again) in waiting {
+            match self.start_device(&uuid) {
+                Ok(started) => {
+                    changes.updated.retain(|d| d.uuid != uuid);
+                    changes.updated.push(started);
+                }
+                Err(e) => {
+                    if !again {
+                        tracing::warn!(%uuid, error = %e, "could not start a device on a GPU that appeared; trying again at every look");
                     }
-                    Err(e) => {
-                        tracing::warn!(%uuid, error = %e, "could not start a device on a GPU that appeared")
-                    }
+                    lock(&self.autostart_pending).insert(uuid);
                 }
             }
         }

@@ -625,3 +625,31 @@ fn pack_joins_a_gpu_running_the_same_framebuffer_size_in_another_series() {
         "4 GiB next to 4 GiB, the first GPU stays whole"
     );
 }
+
+#[test]
+fn an_autostart_device_whose_start_failed_on_a_gpu_that_appeared_is_tried_again() {
+    let (d, e) = engine(&["mtty"]);
+    let dev = e
+        .create_device(&req("mtty-2"))
+        .expect("persistent, autostart");
+    e.stop_device(&dev.uuid).expect("stop, definition kept");
+    let link = d.path().join("sys/class/mdev_bus/mtty");
+    let target = std::fs::read_link(&link).expect("link");
+    let parent = std::fs::canonicalize(&link).expect("parent");
+    std::fs::remove_file(&link).expect("the parent goes");
+    e.poll().expect("poll");
+    // It comes back before its capacity is filled in (a driver still registering).
+    let types = parent.join("mdev_supported_types");
+    for t in ["mtty-1", "mtty-2"] {
+        std::fs::write(types.join(t).join("available_instances"), "0\n").expect("zero");
+    }
+    std::os::unix::fs::symlink(&target, &link).expect("the parent comes back");
+    e.poll().expect("poll");
+    assert!(!e.device(&dev.uuid).expect("known").active, "no room yet");
+    simulate::refresh_available(&parent).expect("capacity filled in");
+    e.poll().expect("poll");
+    assert!(
+        e.device(&dev.uuid).expect("known").active,
+        "tried again and started"
+    );
+}

@@ -272,9 +272,11 @@ pub(crate) fn write_mdev_parent(
         tree.file(&format!("{dir}/create"), "", 0o200)?;
         tree.dir(&format!("{dir}/devices"))?;
     }
-    tree.link(&format!("sys/class/mdev_bus/{name}"), dev_rel)?;
     tree.driver("mdev", mdev_driver)?;
     let parent = tree.path(dev_rel);
     let refresh = Vendor::of(&parent).and_then(|v| rules::refresh(&parent, &v, Change::None));
-    refresh.map_err(io_err(&parent))
+    refresh.map_err(io_err(&parent))?;
+    // Published last, as the kernel registers the parent once its types are in place: a
+    // reader that finds the parent finds it whole, with its capacity.
+    tree.link(&format!("sys/class/mdev_bus/{name}"), dev_rel)
 }
