@@ -663,10 +663,10 @@ async fn introspection_matches_the_checked_in_xml() {
 
 #[tokio::test]
 async fn system_bus_policy_lets_others_read_but_not_change() {
-    if !nix_is_root() {
-        eprintln!(
-            "skipped: the policy test needs root to own org.vgpud1 under dbus/org.vgpud1.conf"
-        );
+    if !common::skip::require_root(
+        "system_bus_policy_lets_others_read_but_not_change",
+        "to own org.vgpud1 under dbus/org.vgpud1.conf and to call as another user with setpriv",
+    ) {
         return;
     }
     let host = TestHost::new(MIXED);
@@ -737,10 +737,6 @@ async fn system_bus_policy_lets_others_read_but_not_change() {
         &["sa{sv}", "mtty-1", "0"],
     )
     .expect("root creates");
-}
-
-fn nix_is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
 }
 
 #[tokio::test]

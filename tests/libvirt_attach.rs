@@ -280,8 +280,10 @@ impl Drop for Libvirtd {
 
 #[tokio::test]
 async fn vgpud_reconnects_when_libvirtd_comes_back() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: a private libvirtd needs root");
+    if !common::skip::require_root(
+        "vgpud_reconnects_when_libvirtd_comes_back",
+        "a private libvirtd runs only as root",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -6,3 +6,4 @@ pub mod introspection;
 pub mod libvirt;
 pub mod proxy;
 pub mod setup;
+pub mod skip;
