@@ -650,7 +650,7 @@ async fn introspection_matches_the_checked_in_xml() {
     m.remove_device(&uuid, HashMap::new())
         .await
         .expect("remove");
-    if std::env::var_os("VGPUD_REGENERATE_GOLDEN").is_some() {
+    if common::golden::regenerating() {
         std::fs::write(&expected_path, &actual).expect("write dbus/org.vgpud1.xml");
         return;
     }
