@@ -177,9 +177,15 @@ async fn a_device_the_hook_cannot_provide_stops_the_domain_with_a_message() {
 
     let (out, _) = hook(&bus, &["vdi-2", "prepare"], "");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("usage: vgpud libvirt-hook") && err.contains("got 2 arguments"),
+        "{err}"
+    );
     let (out, _) = hook(&bus, &["vdi-2", "prepare", "begin", "-"], "<domain><name>");
     assert!(!out.status.success(), "malformed XML is refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reading the domain XML of vdi-2"), "{err}");
 }
 
 #[tokio::test]
@@ -191,8 +197,15 @@ async fn without_vgpud_the_hook_fails_clearly() {
         &fixture("vdi-2.xml"),
     );
     assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("vgpud"), "{err}");
+    // Every message of the hook names vgpud: check that this one says the bus has no vgpud.
+    assert!(
+        err.contains("cannot reach vgpud on the system bus")
+            && err.contains("org.freedesktop.DBus.Error.ServiceUnknown")
+            && err.contains("org.vgpud1"),
+        "{err}"
+    );
 }
 
 /// The README's walkthrough: render a VDI domain for two vGPUs, validate it with libvirt's
