@@ -171,11 +171,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         "ready"
     );
     notify(&[sd_notify::NotifyState::Ready]);
-    let watcher = tokio::spawn(watch::run(
-        conn.clone(),
-        engine.clone(),
-        config.poll_interval,
-    ));
+    let watcher = tokio::spawn(watch::run(engine.clone(), config.poll_interval));
 
     termination.wait().await;
     watcher.abort();

@@ -7,17 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tokio::sync::mpsc;
-use zbus::Connection;
-
-use crate::dbus;
 use crate::engine::Engine;
 use crate::persist::mdevctl;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::sync::mpsc;
 
-/// Runs until the connection's task is dropped: polls the engine every `interval`, and at
-/// once (after 50 ms to let a burst of writes settle) when a definition changes.
-pub async fn run(conn: Connection, engine: Arc<Engine>, interval: Duration) {
+/// Runs until its task is dropped: polls the engine every `interval`, and at once (after 50
+/// ms to let a burst of writes settle) when a definition changes. What a look finds goes out
+/// through the engine's event stream.
+pub async fn run(engine: Arc<Engine>, interval: Duration) {
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let base = mdevctl::base_dir(engine.host());
     if let Err(e) = std::fs::create_dir_all(&base) {
@@ -41,7 +39,6 @@ pub async fn run(conn: Connection, engine: Arc<Engine>, interval: Duration) {
         }
         let e = engine.clone();
         match tokio::task::spawn_blocking(move || e.poll()).await {
-            Ok(Ok(changes)) if !changes.is_empty() => dbus::publish(&conn, &engine, changes).await,
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not look at the host"),
             Err(e) => tracing::error!(error = %e, "the host watcher task failed"),

@@ -3,13 +3,17 @@
 
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
 use zbus::object_server::SignalEmitter;
-use zbus::{interface, Connection, ObjectPath, ObjectServer, OwnedObjectPath};
+use zbus::{interface, ObjectPath, OwnedObjectPath, OwnedVariant, Variant};
 
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
-use super::{export_device, gpu_sriov_changed, paths, unexport_device};
-use crate::engine::{CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest, Policy};
+use super::{paths, Publisher};
+use crate::engine::{
+    CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest, Policy, TypeInfo,
+};
 use crate::libvirt::{AttachOptions, Change, LibvirtOps};
 use crate::xml;
 
@@ -17,6 +21,7 @@ use crate::xml;
 pub struct Manager {
     pub(super) engine: Arc<Engine>,
     pub(super) libvirt: Arc<dyn LibvirtOps>,
+    pub(super) publisher: Arc<Publisher>,
 }
 
 /// How many engine calls run at once. Calls on different GPUs run in parallel up to this
@@ -42,6 +47,18 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Manager {
+    /// Runs engine work that changes state, then publishes what it changed before the reply
+    /// goes out (also when it failed part-way), so a client that has the reply finds the
+    /// objects as they are and has been sent their signals.
+    async fn changing<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
+    ) -> Result<T> {
+        let result = blocking(f).await;
+        self.publisher.catch_up().await;
+        result
+    }
+
     /// AttachDevice and DetachDevice: on the blocking pool (libvirt calls block), then the
     /// device's Owner changes.
     async fn attachment(
@@ -50,7 +67,6 @@ impl Manager {
         uuid: String,
         domain: String,
         options: Options,
-        server: &ObjectServer,
     ) -> Result<()> {
         let method = match change {
             Change::Attach => "AttachDevice",
@@ -61,12 +77,12 @@ impl Manager {
         let task = tokio::task::spawn_blocking(move || {
             crate::libvirt::change(&engine, &*libvirt, &uuid, &domain, opts, change)
         });
-        let info = match task.await {
-            Ok(r) => r.map_err(Error::from)?,
-            Err(e) => return Err(Error::Failed(format!("internal task failed: {e}"))),
+        let result = match task.await {
+            Ok(r) => r.map(|_| ()).map_err(Error::from),
+            Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
         };
-        super::device_changed(server, &info.uuid).await;
-        Ok(())
+        self.publisher.catch_up().await;
+        result
     }
 }
 
@@ -80,8 +96,10 @@ const CREATE_OPTIONS: &[&str] = &[
     "force",
     "policy",
     "numa_node",
+    "exist_ok",
 ];
 const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
+const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
 const VF_COUNT_OPTIONS: &[&str] = &["persistent"];
 const ATTACH_OPTIONS: &[&str] = &["live", "config"];
@@ -137,7 +155,7 @@ fn policy_option(opts: &mut OptionReader) -> Result<Option<Policy>> {
     }
 }
 
-/// The "numa_node" option (u).
+/// The "numa_node" option (any integer type).
 fn numa_option(opts: &mut OptionReader, method: &str) -> Result<Option<u32>> {
     match opts.unsigned("numa_node")? {
         Some(n) => u32::try_from(n).map(Some).map_err(|_| {
@@ -162,8 +180,7 @@ const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb", "guest_bus"];
 
 #[interface(name = "org.vgpud1.Manager")]
 impl Manager {
-    /// Every GPU: PCI address, model name, driver, sharing modes offered (comma-separated),
-    /// object path.
+    /// Every GPU: address, model, driver, sharing modes (comma-separated), object.
     #[zbus(out_args("gpus"))]
     async fn list_gpus(&self) -> Vec<(String, String, String, String, OwnedObjectPath)> {
         self.engine
@@ -177,8 +194,7 @@ impl Manager {
             .collect()
     }
 
-    /// Every type of every GPU: parent address, type id, type name, framebuffer in bytes (0 if
-    /// unknown), max instances (0 if unknown), available instances now.
+    /// Every type of every GPU: GPU, id, name, framebuffer bytes, max and available now.
     #[zbus(out_args("types"))]
     async fn list_types(&self) -> Result<Vec<(String, String, String, u64, u32, u32)>> {
         let engine = self.engine.clone();
@@ -193,20 +209,14 @@ impl Manager {
             .collect())
     }
 
-    /// Every device, also those created or defined by other tools, active or not: uuid,
-    /// parent address, type id, owner tag, object path. Each Device object says whether it is
-    /// Active, Persistent and Autostart.
+    /// Every device, also other tools' (active or defined): uuid, GPU, type, owner, object.
     #[zbus(out_args("devices"))]
-    async fn list_devices(
-        &self,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
+    async fn list_devices(&self) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
         let engine = self.engine.clone();
         // Devices made or removed by other tools show up here at once, yet a storm of list
         // calls costs at most one look at the host per 100 ms.
-        let changes =
-            blocking(move || engine.poll_if_older(std::time::Duration::from_millis(100))).await?;
-        super::publish(conn, &self.engine, changes).await;
+        blocking(move || engine.poll_if_older(std::time::Duration::from_millis(100))).await?;
+        self.publisher.catch_up().await;
         Ok(self
             .engine
             .list_devices()
@@ -218,18 +228,13 @@ impl Manager {
             .collect())
     }
 
-    /// Creates a device of `type` (an id, a name, or a name without the vendor prefix, any
-    /// case). Options: "parent" (s) pins the GPU, "uuid" (s) asks for a UUID, "owner" (s) a
-    /// free tag, "params" (s) NVIDIA `vgpu_params`, "persistent" (b, default true) keeps an
-    /// mdevctl definition so the device survives reboots, "autostart" (b, default: as
-    /// persistent) starts it whenever its GPU appears.
+    /// Makes a device of a type (id or name). Options: parent, uuid, owner, params,
+    /// persistent, autostart, force, policy, numa_node, exist_ok.
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
         r#type: String,
         options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
     ) -> Result<(String, OwnedObjectPath)> {
         let mut opts = OptionReader::new("CreateDevice", options);
         let persistent = opts.boolean("persistent")?.unwrap_or(true);
@@ -244,18 +249,18 @@ impl Manager {
             force: opts.boolean("force")?.unwrap_or(false),
             policy: policy_option(&mut opts)?,
             numa_node: numa_option(&mut opts, "CreateDevice")?,
+            exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
         };
         opts.finish(CREATE_OPTIONS)?;
         let engine = self.engine.clone();
-        let info = blocking(move || engine.create_device(&req)).await?;
-        let path = export_device(server, &self.engine, &info).await?;
-        Manager::device_created(&emitter, &info.uuid, path.as_ref()).await?;
+        let info = blocking(move || engine.create_device(&req)).await;
+        self.publisher.catch_up().await;
+        let info = info?;
+        let path = paths::device_path(&info.uuid);
         Ok((info.uuid, path))
     }
 
-    /// How many more devices of a type the host can take now under the vendors' rules, so a
-    /// broker can plan a storm before it starts. Options: "parent" (s) counts one GPU,
-    /// "numa_node" (u) the GPUs on one NUMA node.
+    /// How many more of a type fit now. Options: parent, numa_node.
     #[zbus(out_args("count"))]
     async fn get_capacity(&self, r#type: String, options: Options) -> Result<u32> {
         let mut opts = OptionReader::new("GetCapacity", options);
@@ -273,31 +278,37 @@ impl Manager {
         blocking(move || engine.capacity(&req)).await
     }
 
-    /// Removes a device by UUID: stops it if active and deletes its definition and record.
-    /// No options are defined yet.
-    async fn remove_device(
+    /// A type's details (description, framebuffer, heads, class, placements...). Option: parent.
+    #[zbus(out_args("info"))]
+    async fn get_type_info(
         &self,
-        uuid: String,
+        r#type: String,
         options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
-    ) -> Result<()> {
-        OptionReader::new("RemoveDevice", options).finish(&[])?;
+    ) -> Result<HashMap<String, OwnedVariant>> {
+        let mut opts = OptionReader::new("GetTypeInfo", options);
+        let req = CreateRequest {
+            type_query: r#type,
+            parent: opts.string("parent")?,
+            ..CreateRequest::default()
+        };
+        opts.finish(TYPE_INFO_OPTIONS)?;
+        req.validate().map_err(Error::from)?;
         let engine = self.engine.clone();
-        let info = blocking(move || engine.remove_device(&uuid)).await?;
-        let path = unexport_device(server, &info).await?;
-        Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
-        Ok(())
+        let info = blocking(move || engine.type_info(&req)).await?;
+        type_info_dict(&info)
     }
 
-    /// Changes how a device persists. Options: "persistent" (b) writes or drops its mdevctl
-    /// definition, "autostart" (b) whether it starts whenever its GPU appears.
-    async fn modify_device(
-        &self,
-        uuid: String,
-        options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<()> {
+    /// Stops a device and deletes its definition and record.
+    async fn remove_device(&self, uuid: String, options: Options) -> Result<()> {
+        OptionReader::new("RemoveDevice", options).finish(&[])?;
+        let engine = self.engine.clone();
+        self.changing(move || engine.remove_device(&uuid))
+            .await
+            .map(drop)
+    }
+
+    /// Options: persistent (b), autostart (b).
+    async fn modify_device(&self, uuid: String, options: Options) -> Result<()> {
         let mut opts = OptionReader::new("ModifyDevice", options);
         let req = ModifyRequest {
             persistent: opts.boolean("persistent")?,
@@ -305,80 +316,41 @@ impl Manager {
         };
         opts.finish(MODIFY_OPTIONS)?;
         let engine = self.engine.clone();
-        let info = blocking(move || engine.modify_device(&uuid, &req)).await?;
-        super::device_changed(server, &info.uuid).await;
-        Ok(())
+        self.changing(move || engine.modify_device(&uuid, &req))
+            .await
+            .map(drop)
     }
 
-    /// Starts a defined device that is not active, from its definition. No options yet.
-    async fn start_device(
-        &self,
-        uuid: String,
-        options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<()> {
+    /// Starts a defined device from its definition.
+    async fn start_device(&self, uuid: String, options: Options) -> Result<()> {
         OptionReader::new("StartDevice", options).finish(&[])?;
         let engine = self.engine.clone();
-        let info = blocking(move || engine.start_device(&uuid)).await?;
-        super::device_changed(server, &info.uuid).await;
-        super::gpu_devices_changed(server, &info.parent).await;
-        Ok(())
+        self.changing(move || engine.start_device(&uuid))
+            .await
+            .map(drop)
     }
 
-    /// Stops an active device and keeps its definition (a device without one is removed).
-    /// No options yet.
-    async fn stop_device(
-        &self,
-        uuid: String,
-        options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
-    ) -> Result<()> {
+    /// Stops a device and keeps its definition (removes a transient one).
+    async fn stop_device(&self, uuid: String, options: Options) -> Result<()> {
         OptionReader::new("StopDevice", options).finish(&[])?;
         let engine = self.engine.clone();
-        let info = blocking(move || engine.stop_device(&uuid)).await?;
-        if info.persistent {
-            super::device_changed(server, &info.uuid).await;
-        } else {
-            let path = unexport_device(server, &info).await?;
-            Manager::device_removed(&emitter, &info.uuid, path.as_ref()).await?;
-        }
-        Ok(())
-    }
-
-    /// Attaches a device to a libvirt domain; the device's owner becomes the domain. A
-    /// device owned by another domain is refused. Options: "live" (b) and "config" (b),
-    /// by default whatever the domain's state allows.
-    async fn attach_device(
-        &self,
-        uuid: String,
-        domain: String,
-        options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<()> {
-        self.attachment(Change::Attach, uuid, domain, options, server)
+        self.changing(move || engine.stop_device(&uuid))
             .await
+            .map(drop)
     }
 
-    /// Detaches a device from the libvirt domain that owns it; the device is then free.
-    /// Options as AttachDevice.
-    async fn detach_device(
-        &self,
-        uuid: String,
-        domain: String,
-        options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<()> {
-        self.attachment(Change::Detach, uuid, domain, options, server)
-            .await
+    /// Attaches a device to a libvirt domain, which becomes its owner. Options: live, config.
+    async fn attach_device(&self, uuid: String, domain: String, options: Options) -> Result<()> {
+        self.attachment(Change::Attach, uuid, domain, options).await
     }
 
-    /// A complete VDI domain for the devices `uuids` (the first drives the display), from a
-    /// template. Options: "template" (s, default "vdi"; user templates live in
-    /// etc/vgpud/templates/NAME.xml), "uuid" (s) the domain UUID, "memory_mib" (u or t,
-    /// default 4096), "vcpus" (u, default 2), "disk" (s) an image path, "network" (s) a
-    /// libvirt network, "uefi" (b), "graphics" (s: "vnc" or "spice", default "vnc"),
-    /// "display" (b, default true) whether the first vGPU drives the display.
+    /// Detaches a device from its domain. Options: live, config.
+    async fn detach_device(&self, uuid: String, domain: String, options: Options) -> Result<()> {
+        self.attachment(Change::Detach, uuid, domain, options).await
+    }
+
+    /// A VDI domain for the devices. Options: template, uuid, memory_mib, vcpus, disk,
+    /// network, uefi, graphics, display.
     #[zbus(out_args("xml"))]
     async fn render_domain(
         &self,
@@ -445,51 +417,33 @@ impl Manager {
         .await
     }
 
-    /// Enables `count` SR-IOV virtual functions on GPU `gpu` (0 disables them) and returns how
-    /// many are enabled now. NVIDIA GPUs go through NVIDIA's `sriov-manage` (all VFs or
-    /// none); others through `sriov_numvfs` with the kernel's rules. Options: "persistent" (b,
-    /// default true) sets the count again at boot, before any device is restored.
+    /// Enables count SR-IOV VFs (0 disables); returns how many are on. Option: persistent.
     #[zbus(out_args("num_vfs"))]
-    async fn set_vf_count(
-        &self,
-        gpu: String,
-        count: u32,
-        options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<u32> {
+    async fn set_vf_count(&self, gpu: String, count: u32, options: Options) -> Result<u32> {
         let mut opts = OptionReader::new("SetVfCount", options);
         let persistent = opts.boolean("persistent")?.unwrap_or(true);
         opts.finish(VF_COUNT_OPTIONS)?;
         let engine = self.engine.clone();
-        let address = gpu.clone();
-        let now = blocking(move || engine.set_vf_count(&address, count, persistent)).await?;
-        gpu_sriov_changed(server, &gpu).await;
-        Ok(now)
+        self.changing(move || engine.set_vf_count(&gpu, count, persistent))
+            .await
     }
 
-    /// Turns NVIDIA's heterogeneous (mixed-size) vGPU mode of GPU `gpu` on or off (`nvidia-smi
-    /// vgpu -shm`): vGPUs of different framebuffer sizes on one GPU, each at a placement, with
-    /// the lower maxima of that mode. The GPU must have its VFs enabled and run no vGPU.
-    /// Options: "persistent" (b, default true) sets it again at boot, after the VFs and before
-    /// any vGPU.
+    /// NVIDIA mixed-size vGPU mode on or off. Option: persistent.
     async fn set_heterogeneous_mode(
         &self,
         gpu: String,
         enabled: bool,
         options: Options,
-        #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<()> {
         let mut opts = OptionReader::new("SetHeterogeneousMode", options);
         let persistent = opts.boolean("persistent")?.unwrap_or(true);
         opts.finish(VF_COUNT_OPTIONS)?;
         let engine = self.engine.clone();
-        let address = gpu.clone();
-        blocking(move || engine.set_heterogeneous(&address, enabled, persistent)).await?;
-        gpu_sriov_changed(server, &gpu).await;
-        Ok(())
+        self.changing(move || engine.set_heterogeneous(&gpu, enabled, persistent))
+            .await
     }
 
-    /// The libvirt `<hostdev>` element for a device.
+    /// The device's libvirt hostdev element(s).
     #[zbus(out_args("xml"))]
     async fn get_hostdev_xml(&self, uuid: String) -> Result<String> {
         self.engine
@@ -497,10 +451,7 @@ impl Manager {
             .map_err(Error::from)
     }
 
-    /// The libvirt `<hostdev>` element with options: "display" (b) and "ramfb" (b) for
-    /// mdevs; "guest_bus" (u) for the guest PCI bus of a passthrough device's functions
-    /// (default 1 for a multi-function device). A passthrough device of several functions
-    /// gives one `<hostdev>` per function, one after the other.
+    /// The hostdev element(s) with options: display, ramfb, guest_bus.
     #[zbus(out_args("xml"))]
     async fn render_hostdev_xml(&self, uuid: String, options: Options) -> Result<String> {
         let mut opts = OptionReader::new("RenderHostdevXml", options);
@@ -529,13 +480,13 @@ impl Manager {
         env!("CARGO_PKG_VERSION").to_string()
     }
 
-    /// Whether the kernel side effects are simulated (`--simulate`).
+    /// Whether the host is simulated.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn simulated(&self) -> bool {
         self.engine.host().is_simulated()
     }
 
-    /// A device was created (by vgpud, or found created by another tool).
+    /// A device appeared (made by vgpud or found).
     #[zbus(signal)]
     pub(super) async fn device_created(
         emitter: &SignalEmitter<'_>,
@@ -543,8 +494,8 @@ impl Manager {
         path: ObjectPath<'_>,
     ) -> zbus::Result<()>;
 
-    /// Something happened to a device behind vgpud's back: `event` is
-    /// `removed-externally`, `stopped-externally`, `repaired`, `repair-failed` or `adopted`.
+    /// A change behind vgpud's back: removed-externally, stopped-externally,
+    /// started-externally, repaired, repair-failed or adopted.
     #[zbus(signal)]
     pub(super) async fn device_drift(
         emitter: &SignalEmitter<'_>,
@@ -553,11 +504,58 @@ impl Manager {
         detail: &str,
     ) -> zbus::Result<()>;
 
-    /// A device was removed (by vgpud, or found gone).
+    /// A device is gone.
     #[zbus(signal)]
     pub(super) async fn device_removed(
         emitter: &SignalEmitter<'_>,
         uuid: &str,
         path: ObjectPath<'_>,
     ) -> zbus::Result<()>;
+}
+
+/// GetTypeInfo's answer: every field the type has, by name.
+fn type_info_dict(info: &TypeInfo) -> Result<HashMap<String, OwnedVariant>> {
+    let mut out: Vec<(&str, Variant<'_>)> = vec![
+        ("id", info.id.as_str().into()),
+        ("name", info.name.as_str().into()),
+        ("description", info.description.as_str().into()),
+        ("device_api", info.device_api.as_str().into()),
+        ("gpus", info.gpus.clone().into()),
+        ("available", info.available.into()),
+    ];
+    let mut put = |key: &'static str, value: Option<Variant<'static>>| {
+        if let Some(v) = value {
+            out.push((key, v));
+        }
+    };
+    put("framebuffer", info.framebuffer.map(Variant::from));
+    put("heads", info.heads.map(Variant::from));
+    put(
+        "max_resolution",
+        info.max_resolution
+            .map(|(w, h)| Variant::from(format!("{w}x{h}"))),
+    );
+    put("frame_rate_limit", info.frame_rate_limit.map(Variant::from));
+    put("max_instances", info.max_instances.map(Variant::from));
+    put("series", info.series.map(|c| Variant::from(c.to_string())));
+    put("class", info.class.map(Variant::from));
+    put("license", info.license.map(Variant::from));
+    put(
+        "placement_size_gib",
+        info.placement.map(|(size, _)| Variant::from(size)),
+    );
+    put("placements", info.placement.map(|(_, n)| Variant::from(n)));
+    if let Some(g) = &info.gvtg {
+        put("low_gm_mib", g.low_gm_mib.map(Variant::from));
+        put("high_gm_mib", g.high_gm_mib.map(Variant::from));
+        put("fences", g.fences.map(Variant::from));
+        put("weight", g.weight.map(Variant::from));
+    }
+    out.into_iter()
+        .map(|(k, v)| {
+            let owned = OwnedVariant::try_from(v)
+                .map_err(|e| Error::Failed(format!("internal: encoding {k}: {e}")))?;
+            Ok((k.to_string(), owned))
+        })
+        .collect()
 }

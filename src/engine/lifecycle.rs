@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::pci_devices::{Making, Outcome};
+use super::request::shorten;
 use super::{
     libc_errno, lock, CreateRequest, DeviceInfo, Engine, EngineError, EngineResult, ModifyRequest,
     Refusal,
@@ -52,6 +53,9 @@ impl Engine {
     pub fn create_device(&self, req: &CreateRequest) -> EngineResult<DeviceInfo> {
         let req = &req.clone().normalized()?;
         req.validate()?;
+        if let Some(existing) = self.existing_for(req)? {
+            return Ok(existing);
+        }
         if req.type_query.eq_ignore_ascii_case(PASSTHROUGH_TYPE) {
             return self.create_passthrough(req);
         }
@@ -166,6 +170,47 @@ impl Engine {
             type_query: req.type_query.clone(),
             refusals,
         })
+    }
+
+    /// With `exist_ok`: the device the request names, if it exists with the type asked for
+    /// (started first if it is defined but not active). A device of another type is
+    /// `Exists`, with the type it has.
+    fn existing_for(&self, req: &CreateRequest) -> EngineResult<Option<DeviceInfo>> {
+        let (true, Some(uuid)) = (req.exist_ok, &req.uuid) else {
+            return Ok(None);
+        };
+        let Some(info) = self.device(uuid) else {
+            return Ok(None);
+        };
+        let same_type = if info.kind == DeviceKind::Passthrough {
+            req.type_query.eq_ignore_ascii_case(PASSTHROUGH_TYPE)
+                && req
+                    .parent
+                    .as_ref()
+                    .is_none_or(|p| info.address.as_ref() == Some(p) || info.parent == *p)
+        } else {
+            let gpu = self.gpu_of_parent(&info.parent);
+            let known = self.with_gpu(&gpu, |g| {
+                g.types
+                    .iter()
+                    .any(|t| t.id == info.type_id && t.matches(&req.type_query))
+            });
+            known.unwrap_or(false)
+                || info.type_id.eq_ignore_ascii_case(&req.type_query)
+                || info.type_name.eq_ignore_ascii_case(&req.type_query)
+        };
+        if !same_type {
+            return Err(EngineError::Exists(format!(
+                "device {uuid} exists with type {} ({}), not {:?}",
+                info.type_id,
+                info.type_name,
+                shorten(&req.type_query)
+            )));
+        }
+        if info.active {
+            return Ok(Some(info));
+        }
+        self.start_device(uuid).map(Some)
     }
 
     /// `None` when a GPU has room for one more of a type now, else why not.

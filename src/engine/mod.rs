@@ -15,6 +15,7 @@
 
 mod admission;
 mod error;
+pub mod events;
 mod lifecycle;
 mod pci_devices;
 mod reconcile;
@@ -22,6 +23,7 @@ mod request;
 mod sriov;
 #[cfg(test)]
 mod tests;
+mod type_info;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -33,8 +35,10 @@ use crate::model::{DeviceKind, Gpu, MdevType, MovedFunction, TypeDetails};
 use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
+pub use events::{Event, EventBus, Origin, Subscription};
 pub use reconcile::{plan_restore, GpuRestore, RestoreReport, RestoreStep, Stage};
 pub use request::{parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy};
+pub use type_info::{GvtgInfo, TypeInfo};
 
 /// A device as vgpud reports it: active on the host, defined persistently, or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +175,8 @@ pub struct Engine {
     modes: Mutex<BTreeMap<String, bool>>,
     /// Autostart devices whose start on a GPU that appeared failed: tried again at every look.
     autostart_pending: Mutex<BTreeSet<String>>,
+    /// Every change of state, for the D-Bus adapter, the audit log and metrics.
+    events: EventBus,
 }
 
 /// Where NVIDIA installs `nvidia-smi`, relative to the root.
@@ -202,6 +208,7 @@ impl Engine {
             nvidia_smi: PathBuf::from(DEFAULT_NVIDIA_SMI),
             modes: Mutex::new(BTreeMap::new()),
             autostart_pending: Mutex::new(BTreeSet::new()),
+            events: EventBus::default(),
         };
         // A GPU recorded in heterogeneous mode that runs vGPUs is still in it (a reboot or
         // driver reload would have ended the vGPUs); the restore sets it again otherwise.
@@ -248,6 +255,27 @@ impl Engine {
         &self.host
     }
 
+    /// The event stream: every change of state, in order.
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// Records a device in the registry as it is now (`None`: forgets it) and sends the
+    /// events of the change, under the registry's lock so that they are in the order of the
+    /// changes.
+    fn record(&self, reg: &mut Registry, uuid: &str, device: Option<DeviceInfo>, origin: Origin) {
+        let before = match device {
+            Some(d) => reg.devices.insert(uuid.to_string(), d),
+            None => reg.devices.remove(uuid),
+        };
+        let after = reg.devices.get(uuid);
+        let parent = after.or(before.as_ref()).map(|d| d.parent.clone());
+        let events = events::device_transition(before.as_ref(), after, origin, || {
+            self.gpu_of_parent(parent.as_deref().unwrap_or_default())
+        });
+        self.events.send_all(events);
+    }
+
     /// Scans the GPUs and their types again; returns the addresses added and removed.
     pub fn rescan_gpus(&self) -> EngineResult<(Vec<String>, Vec<String>)> {
         let scanned =
@@ -281,17 +309,43 @@ impl Engine {
                 e.lock = pf_lock;
             }
         }
-        let added = next
+        let added: Vec<String> = next
             .keys()
             .filter(|a| !gpus.contains_key(*a))
             .cloned()
             .collect();
-        let removed = gpus
+        let removed: Vec<String> = gpus
             .keys()
             .filter(|a| !next.contains_key(*a))
             .cloned()
             .collect();
+        let mut events = Vec::new();
+        for (address, entry) in &next {
+            match gpus.get(address) {
+                None => events.push(Event::GpuAdded {
+                    gpu: entry.gpu.clone(),
+                }),
+                Some(old) if events::gpu_shape(&old.gpu) != events::gpu_shape(&entry.gpu) => {
+                    events.push(Event::GpuChanged {
+                        before: old.gpu.clone(),
+                        after: entry.gpu.clone(),
+                    });
+                    let gpu = entry.gpu.physical_function.clone();
+                    events.push(Event::CapacityChanged {
+                        gpu: gpu.unwrap_or_else(|| address.clone()),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        events.extend(
+            removed
+                .iter()
+                .map(|a| Event::GpuRemoved { address: a.clone() }),
+        );
         *gpus = next;
+        // Sent under the inventory's lock: GPU events are in the order of the scans.
+        self.events.send_all(events);
         Ok((added, removed))
     }
 
@@ -602,11 +656,8 @@ impl Engine {
     /// sum over the GPUs offering it (only `req.parent`, and only GPUs on `req.numa_node`
     /// when given) of what each can take.
     pub fn capacity(&self, req: &CreateRequest) -> EngineResult<u32> {
-        let candidates = match self.candidates(req) {
-            Ok(c) => c,
-            Err(EngineError::NotFound(_)) if req.parent.is_none() => return Ok(0),
-            Err(e) => return Err(e),
-        };
+        // A type no GPU offers is NotFound, as CreateDevice says, not a capacity of 0.
+        let candidates = self.candidates(req)?;
         let mut total: u32 = 0;
         for (gpu, ty) in candidates {
             let on_node = self.with_gpu(&gpu, |g| g.numa_node).flatten();
@@ -761,16 +812,22 @@ impl InFlight<'_> {
     /// it).
     fn finish(self, device: Option<DeviceInfo>) {
         let mut reg = lock(&self.engine.registry);
-        match device {
-            Some(d) => {
-                reg.devices.insert(d.uuid.clone(), d);
-            }
-            None => {
-                reg.devices.remove(&self.uuid);
-            }
-        }
+        let passthrough =
+            |d: Option<&DeviceInfo>| d.is_some_and(|d| d.kind == DeviceKind::Passthrough);
+        let moved_functions =
+            passthrough(device.as_ref()) || passthrough(reg.devices.get(&self.uuid));
+        self.engine
+            .record(&mut reg, &self.uuid, device, events::Origin::Vgpud);
         reg.in_flight.remove(&self.uuid);
         reg.touched.insert(self.uuid.clone());
+        drop(reg);
+        // A passthrough moved functions between drivers: the GPU's driver (and what it
+        // offers) changed with them.
+        if moved_functions {
+            if let Err(e) = self.engine.rescan_gpus() {
+                tracing::warn!(uuid = %self.uuid, error = %e, "could not scan the GPUs again");
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::lifecycle::{attr_map, VGPU_PARAMS};
-use super::{lock, DeviceChanges, DeviceInfo, Drift, Engine, EngineError, EngineResult};
+use super::{lock, DeviceChanges, DeviceInfo, Drift, Engine, EngineError, EngineResult, Origin};
 use crate::discovery;
 use crate::model::{DeviceKind, MdevDevice};
 use crate::persist::intent::{self, Operation};
@@ -409,7 +409,10 @@ impl Engine {
     pub(super) fn refresh(&self, initial: bool) -> EngineResult<DeviceChanges> {
         let _one_at_a_time = self.begin_refresh();
         let merged = self.merge(initial)?;
-        Ok(self.apply(merged, initial))
+        let changes = self.apply(merged, initial);
+        self.events
+            .send_all(changes.drift.iter().cloned().map(super::Event::Drift));
+        Ok(changes)
     }
 
     /// Starts a refresh: one at a time, and from here on every finished operation is marked,
@@ -445,7 +448,8 @@ impl Engine {
                 .cloned()
                 .collect();
             for uuid in gone {
-                if let Some(old) = reg.devices.remove(&uuid) {
+                if let Some(old) = reg.devices.get(&uuid).cloned() {
+                    self.record(&mut reg, &uuid, None, Origin::Host);
                     if old.active && !initial {
                         changes.drift.push(Drift {
                             uuid: uuid.clone(),
@@ -476,9 +480,19 @@ impl Engine {
                             });
                         }
                         changes.added.push(info.clone());
-                        reg.devices.insert(uuid, info);
+                        self.record(&mut reg, &uuid, Some(info), Origin::Host);
                     }
                     Some(old) if *old != info => {
+                        if !old.active && info.active && !initial {
+                            changes.drift.push(Drift {
+                                uuid: uuid.clone(),
+                                event: "started-externally",
+                                detail: format!(
+                                    "device {uuid} on {} was started by another tool",
+                                    info.parent
+                                ),
+                            });
+                        }
                         if old.active && !info.active && !initial {
                             if info.autostart && self.gpus().contains_key(&info.parent) {
                                 repair.push(uuid.clone());
@@ -491,7 +505,7 @@ impl Engine {
                             }
                         }
                         changes.updated.push(info.clone());
-                        reg.devices.insert(uuid, info);
+                        self.record(&mut reg, &uuid, Some(info), Origin::Host);
                     }
                     Some(_) => {}
                 }

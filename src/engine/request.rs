@@ -67,6 +67,9 @@ pub struct CreateRequest {
     pub policy: Option<Policy>,
     /// Prefer GPUs on this NUMA node; the engine's default when `None`.
     pub numa_node: Option<u32>,
+    /// With `uuid`: a device of that UUID and the same type is the answer (started if it is
+    /// defined but not active) instead of `Exists`, so a retried create is harmless.
+    pub exist_ok: bool,
 }
 
 impl Default for CreateRequest {
@@ -83,6 +86,7 @@ impl Default for CreateRequest {
             force: false,
             policy: None,
             numa_node: None,
+            exist_ok: false,
         }
     }
 }
@@ -187,7 +191,7 @@ fn check_text(what: &str, value: &str, max: usize, empty_ok: bool) -> EngineResu
     Ok(())
 }
 
-fn shorten(s: &str) -> String {
+pub(super) fn shorten(s: &str) -> String {
     s.chars().take(48).collect()
 }
 

@@ -40,6 +40,17 @@ impl Engine {
             .map_err(|e| EngineError::persist(format!("reading the settings of {pf}"), e))
     }
 
+    /// Records a GPU's heterogeneous mode and tells the event stream when it changed.
+    fn set_mode(&self, pf: &str, enabled: bool) {
+        let mut modes = lock(&self.modes);
+        if modes.insert(pf.to_string(), enabled).unwrap_or(false) != enabled {
+            self.events.send(super::Event::GpuModeChanged {
+                gpu: pf.to_string(),
+                heterogeneous: enabled,
+            });
+        }
+    }
+
     /// Whether a GPU is in NVIDIA's heterogeneous (mixed-size) vGPU mode, as vgpud set it.
     pub fn is_heterogeneous(&self, pf: &str) -> bool {
         lock(&self.modes).get(pf).copied().unwrap_or(false)
@@ -105,7 +116,7 @@ impl Engine {
                 }
             });
         }
-        lock(&self.modes).insert(pf.to_string(), enabled);
+        self.set_mode(pf, enabled);
         tracing::info!(%pf, heterogeneous = enabled, "vGPU mode changed");
         Ok(())
     }
@@ -119,7 +130,7 @@ impl Engine {
             .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
         let _held = lock(&gpu_lock);
         if self.devices_of(pf).iter().any(|d| d.active) {
-            lock(&self.modes).insert(pf.to_string(), true);
+            self.set_mode(pf, true);
             return Ok(());
         }
         self.run_nvidia_smi(pf, true)
@@ -165,7 +176,7 @@ impl Engine {
         }
         if matches!(method, VfMethod::SriovManage(_)) && !steps.is_empty() {
             // sriov-manage starts the driver afresh: the GPU is back in equal-size mode.
-            lock(&self.modes).insert(pf.to_string(), false);
+            self.set_mode(pf, false);
             if count > 0 && self.settings(pf)?.heterogeneous {
                 self.run_nvidia_smi(pf, true)?;
             }

@@ -583,7 +583,13 @@ fn capacity_sums_what_each_gpu_can_take_now() {
     e.create_device(&pinned).expect("1Q");
     assert_eq!(cap("RTX6000-4Q", None, None), 6, "one GPU runs 1Q now");
     assert_eq!(cap("RTX6000-1Q", Some(&gpus[0]), None), 23);
-    assert_eq!(cap("no-such-type", None, None), 0);
+    assert!(
+        matches!(
+            e.capacity(&req("no-such-type")),
+            Err(EngineError::NotFound(_))
+        ),
+        "a type no GPU offers is NotFound, as CreateDevice says"
+    );
     assert!(matches!(
         e.capacity(&{
             let mut r = req("RTX6000-1Q");

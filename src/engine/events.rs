@@ -1,0 +1,277 @@
+//! The core's event stream: every change of state the engine makes or finds is one typed
+//! [`Event`], sent to every subscriber in the order the changes happened. D-Bus signals and
+//! property changes, the audit log and metrics all come from it, so no path that changes
+//! state can forget to tell them.
+//!
+//! Events are produced where the state is written (the device registry and the GPU
+//! inventory), under the lock that guards it, so their order is the order of the changes. A
+//! subscriber gets its own queue and a wake-up call; it drains the queue when it likes.
+//! Sending never blocks and never fails: a subscriber that went away is dropped.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+
+use super::{lock, DeviceInfo, Drift};
+use crate::model::Gpu;
+
+/// Who made a device known to vgpud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A call to vgpud made it.
+    Vgpud,
+    /// It was found on the host or in the definitions (another tool made or defined it).
+    Host,
+}
+
+/// One change of state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// vgpud knows a device it did not know before.
+    DeviceAdded {
+        /// The device as it is now.
+        device: DeviceInfo,
+        /// Who made it.
+        origin: Origin,
+    },
+    /// A known device changed (active, persistence, owner, attributes, address...).
+    DeviceChanged {
+        /// As it was.
+        before: DeviceInfo,
+        /// As it is now.
+        after: DeviceInfo,
+    },
+    /// A device is gone: removed, and without a definition.
+    DeviceRemoved {
+        /// As it was last.
+        device: DeviceInfo,
+    },
+    /// Something happened to a device behind vgpud's back.
+    Drift(Drift),
+    /// A GPU appeared (or was found at start).
+    GpuAdded {
+        /// The GPU.
+        gpu: Gpu,
+    },
+    /// A GPU changed: its driver, VFs, sharing modes or types.
+    GpuChanged {
+        /// As it was.
+        before: Gpu,
+        /// As it is now.
+        after: Gpu,
+    },
+    /// A GPU's NVIDIA heterogeneous (mixed-size) vGPU mode changed.
+    GpuModeChanged {
+        /// The GPU's address.
+        gpu: String,
+        /// The mode now.
+        heterogeneous: bool,
+    },
+    /// A GPU went away.
+    GpuRemoved {
+        /// Its address.
+        address: String,
+    },
+    /// How many devices a GPU can take may have changed (a device on it came or went, was
+    /// started or stopped, or the GPU changed).
+    CapacityChanged {
+        /// The physical GPU's address.
+        gpu: String,
+    },
+}
+
+impl Event {
+    /// The device an event is about, if any.
+    pub fn device(&self) -> Option<&DeviceInfo> {
+        match self {
+            Event::DeviceAdded { device, .. } | Event::DeviceRemoved { device } => Some(device),
+            Event::DeviceChanged { after, .. } => Some(after),
+            _ => None,
+        }
+    }
+}
+
+struct Queue {
+    events: Mutex<VecDeque<Event>>,
+    wake: Box<dyn Fn() + Send + Sync>,
+}
+
+/// A subscriber's end of the stream: events queue here until drained. Dropping it
+/// unsubscribes.
+pub struct Subscription {
+    queue: Arc<Queue>,
+}
+
+impl Subscription {
+    /// Takes every event queued so far, oldest first.
+    pub fn drain(&self) -> Vec<Event> {
+        lock(&self.queue.events).drain(..).collect()
+    }
+}
+
+/// The stream: a list of subscribers.
+#[derive(Default)]
+pub struct EventBus {
+    subscribers: Mutex<Vec<Weak<Queue>>>,
+}
+
+impl EventBus {
+    /// Subscribes: from now on every event is queued for the subscriber, and `wake` is called
+    /// after each (it must not block: set a flag, notify a task).
+    pub fn subscribe(&self, wake: impl Fn() + Send + Sync + 'static) -> Subscription {
+        let queue = Arc::new(Queue {
+            events: Mutex::new(VecDeque::new()),
+            wake: Box::new(wake),
+        });
+        lock(&self.subscribers).push(Arc::downgrade(&queue));
+        Subscription { queue }
+    }
+
+    /// Sends events to every subscriber, in order.
+    pub fn send_all(&self, events: impl IntoIterator<Item = Event>) {
+        let events: Vec<Event> = events.into_iter().collect();
+        if events.is_empty() {
+            return;
+        }
+        let mut subscribers = lock(&self.subscribers);
+        subscribers.retain(|w| w.strong_count() > 0);
+        for queue in subscribers.iter().filter_map(Weak::upgrade) {
+            lock(&queue.events).extend(events.iter().cloned());
+            (queue.wake)();
+        }
+    }
+
+    /// Sends one event.
+    pub fn send(&self, event: Event) {
+        self.send_all([event]);
+    }
+}
+
+/// The events that turn the device `before` into `after` (`None`: unknown), on the physical
+/// GPU `gpu`.
+pub(super) fn device_transition(
+    before: Option<&DeviceInfo>,
+    after: Option<&DeviceInfo>,
+    origin: Origin,
+    gpu: impl FnOnce() -> String,
+) -> Vec<Event> {
+    let mut out = match (before, after) {
+        (None, Some(d)) => vec![Event::DeviceAdded {
+            device: d.clone(),
+            origin,
+        }],
+        (Some(b), Some(a)) if b != a => vec![Event::DeviceChanged {
+            before: b.clone(),
+            after: a.clone(),
+        }],
+        (Some(b), None) => vec![Event::DeviceRemoved { device: b.clone() }],
+        _ => Vec::new(),
+    };
+    let active = |d: Option<&DeviceInfo>| d.is_some_and(|d| d.active);
+    if !out.is_empty() && active(before) != active(after) {
+        out.push(Event::CapacityChanged { gpu: gpu() });
+    }
+    out
+}
+
+/// A GPU as events compare it: without the availability counts of its types, which are a
+/// reading of the host, not its state.
+pub(super) fn gpu_shape(gpu: &Gpu) -> Gpu {
+    let mut g = gpu.clone();
+    for t in &mut g.types {
+        t.available_instances = 0;
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn device(active: bool) -> DeviceInfo {
+        DeviceInfo {
+            uuid: "u".into(),
+            parent: "p".into(),
+            type_id: "t".into(),
+            type_name: "t".into(),
+            owner: String::new(),
+            iommu_group: None,
+            attributes: Default::default(),
+            active,
+            persistent: false,
+            autostart: false,
+            created: 0,
+            kind: crate::model::DeviceKind::Mdev,
+            address: None,
+            functions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn subscribers_get_every_event_in_order_and_are_woken() {
+        let bus = EventBus::default();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        let sub = bus.subscribe(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        });
+        bus.send(Event::GpuRemoved {
+            address: "a".into(),
+        });
+        bus.send(Event::GpuRemoved {
+            address: "b".into(),
+        });
+        let got: Vec<Event> = sub.drain();
+        assert_eq!(
+            got,
+            vec![
+                Event::GpuRemoved {
+                    address: "a".into()
+                },
+                Event::GpuRemoved {
+                    address: "b".into()
+                }
+            ]
+        );
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        assert!(sub.drain().is_empty());
+    }
+
+    #[test]
+    fn a_dropped_subscription_is_forgotten() {
+        let bus = EventBus::default();
+        drop(bus.subscribe(|| {}));
+        bus.send(Event::GpuRemoved {
+            address: "a".into(),
+        });
+        assert!(lock(&bus.subscribers).is_empty());
+    }
+
+    #[test]
+    fn transitions_name_what_changed() {
+        let gpu = || "g".to_string();
+        let (on, off) = (device(true), device(false));
+        let added = device_transition(None, Some(&on), Origin::Vgpud, gpu);
+        assert!(matches!(
+            added[0],
+            Event::DeviceAdded {
+                origin: Origin::Vgpud,
+                ..
+            }
+        ));
+        assert_eq!(added[1], Event::CapacityChanged { gpu: "g".into() });
+        let stopped = device_transition(Some(&on), Some(&off), Origin::Host, gpu);
+        assert!(matches!(stopped[0], Event::DeviceChanged { .. }));
+        assert_eq!(stopped.len(), 2);
+        assert!(device_transition(Some(&on), Some(&on), Origin::Host, gpu).is_empty());
+        let mut owned = on.clone();
+        owned.owner = "vm".into();
+        assert_eq!(
+            device_transition(Some(&on), Some(&owned), Origin::Host, gpu).len(),
+            1,
+            "no capacity change when only the owner changes"
+        );
+        let removed = device_transition(Some(&off), None, Origin::Host, gpu);
+        assert_eq!(removed, vec![Event::DeviceRemoved { device: off }]);
+    }
+}
