@@ -311,6 +311,9 @@ def type_info():
     c.equal(info.get("frame_rate_limit"), 60, "GetTypeInfo frame_rate_limit (frl_config=60)")
     c.check(isinstance(info.get("description"), str) and info.get("description"),
             "GetTypeInfo description", info.get("description"))
+    for key in ("class", "license"):
+        c.check(isinstance(info.get(key), str) and info.get(key),
+                f"GetTypeInfo {key} (known for NVIDIA's Q series)", info.get(key))
     mtty = plain(mgr.GetTypeInfo("mtty-1", {"parent": "mtty"}))
     print(f"    GetTypeInfo(mtty-1, parent mtty) = {mtty}")
     c.equal(mtty.get("device_api"), "vfio-pci", "GetTypeInfo of mtty-1 with parent: device_api")
