@@ -9,10 +9,11 @@ use common::proxy::{bool_opts, device_proxy, error_message, error_name, opts};
 use common::setup::Setup;
 
 const PASSTHROUGH: &[&str] = &["passthrough"];
-/// (a): alone in its IOMMU group with its audio function.
+/// (a): alone in its IOMMU group with its audio function; nvidia-drm's fb0 is on it, but
+/// fbcon does not draw there.
 const CLEAN: &str = "0000:21:00.0";
 const CLEAN_AUDIO: &str = "0000:21:00.1";
-/// (b): the boot VGA device with the console's framebuffer on it.
+/// (b): the boot VGA device; fbcon draws the console on its framebuffer, fb1.
 const CONSOLE: &str = "0000:2d:00.0";
 /// (c): behind a switch without ACS, its group holds a NIC.
 const SHARED: &str = "0000:33:00.0";
@@ -121,10 +122,17 @@ async fn every_refusal_has_its_named_error() {
         }
     };
 
-    // The host console draws on it.
+    // The host console draws on it, and the message says how vgpud knows.
     let err = refuse(CONSOLE, false).await;
     assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
-    assert!(error_message(&err).contains("console"), "{err}");
+    let msg = error_message(&err);
+    assert!(
+        msg.contains(
+            "draws the host's console (fbcon draws tty1 on fb1 (nvidia-drmdrmfb), which is on it"
+        ),
+        "{err}"
+    );
+    assert!(msg.contains("\"force\": true insists"), "{err}");
     assert_eq!(driver(&s, CONSOLE).as_deref(), Some("nvidia"), "untouched");
 
     // Its IOMMU group holds a NIC.
@@ -188,6 +196,35 @@ async fn force_takes_the_whole_group_and_gives_every_driver_back() {
     m.remove_device(&uuid, opts(&[])).await.expect("remove");
     assert_eq!(driver(&s, NIC).as_deref(), Some("e1000e"));
     assert_eq!(driver(&s, SHARED).as_deref(), Some("nvidia"));
+}
+
+#[tokio::test]
+async fn force_takes_the_console_gpu_and_gives_it_back() {
+    let s = Setup::new(PASSTHROUGH).await;
+    let m = s.manager().await;
+    let fb1 = || s.host.path("sys/class/graphics/fb1").exists();
+    let fbcon_bound = || {
+        std::fs::read_to_string(s.host.path("sys/class/vtconsole/vtcon1/bind"))
+            .expect("fbcon's bind")
+            .trim()
+            == "1"
+    };
+    assert!(fb1() && fbcon_bound());
+    let mut o = opts(&[("parent", CONSOLE)]);
+    o.extend(bool_opts(&[("force", true)]));
+    let (uuid, _) = m
+        .create_device("passthrough", o)
+        .await
+        .expect("force insists past the console");
+    assert_eq!(driver(&s, CONSOLE).as_deref(), Some("vfio-pci"));
+    assert!(!fb1(), "nvidia-drm's framebuffer went with the driver");
+    assert!(
+        !fbcon_bound(),
+        "the consoles went back to the dummy console"
+    );
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    assert_eq!(driver(&s, CONSOLE).as_deref(), Some("nvidia"));
+    assert!(fb1() && fbcon_bound(), "framebuffer and console are back");
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! Everything is read through [`Host`], so the same code scans a real `/sys` and a simulated
 //! tree. Nothing is cached here; the engine decides what to keep.
 
+pub mod console;
 pub mod description;
 pub mod pci;
 pub mod sriov;

@@ -1,7 +1,6 @@
 //! PCI functions as passthrough sees them: driver, IOMMU group and its members, bridges, and
-//! whether the host console draws on the function (hardware.md §5.10).
-
-use std::collections::BTreeSet;
+//! the boot VGA flag (hardware.md §5.10). Whether the host's console draws on a function is
+//! `discovery::console`'s decision.
 
 use super::sriov::pci_dir;
 use crate::host::{parse_number, Host, HostResult};
@@ -91,44 +90,9 @@ pub fn iommu_present(host: &Host) -> HostResult<bool> {
     Ok(!host.list_dir(&host.sys("class/iommu"))?.is_empty())
 }
 
-/// The PCI functions a framebuffer console is drawn on (`sys/class/graphics/fb*/device`).
-pub fn console_functions(host: &Host) -> HostResult<BTreeSet<String>> {
-    let dir = host.sys("class/graphics");
-    let mut out = BTreeSet::new();
-    for fb in host.list_dir(&dir)? {
-        if !fb.starts_with("fb") {
-            continue;
-        }
-        // The link may be written `../../../0000:01:00.0` or `../..`: resolve it.
-        let link = dir.join(&fb).join("device");
-        match host.resolve(&link) {
-            Ok(dev) => {
-                if let Some(name) = dev.file_name() {
-                    out.insert(name.to_string_lossy().into_owned());
-                }
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_console_is_found_through_its_framebuffer() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("passthrough", dir.path()).expect("profile");
-        let host = Host::new(dir.path());
-        let console = console_functions(&host).expect("read");
-        assert_eq!(
-            console.into_iter().collect::<Vec<_>>(),
-            vec!["0000:2d:00.0".to_string()]
-        );
-    }
 
     #[test]
     fn slots_drop_the_function() {

@@ -32,7 +32,8 @@ pub enum EngineError {
     /// The device already exists.
     #[error("{0}")]
     Exists(String),
-    /// The device is in use.
+    /// The device is in use (a GPU that draws the host's console among others: the caller
+    /// may insist with "force").
     #[error("{0}")]
     Busy(String),
     /// The host cannot do this (no IOMMU, a driver without the capability).

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use super::lifecycle::VGPU_PARAMS;
 use super::{libc_errno, lock, CreateRequest, DeviceInfo, Engine, EngineError, EngineResult};
+use crate::discovery::console;
 use crate::discovery::pci::{self, PciFunction};
 use crate::discovery::sriov::{self, VfVgpu};
 use crate::model::{DeviceKind, MdevType, MovedFunction, PASSTHROUGH_TYPE};
@@ -321,7 +322,7 @@ impl Engine {
             )));
         }
         let moving: Vec<PciFunction> = members.into_iter().filter(|f| !f.is_bridge).collect();
-        self.refuse_in_use(address, &pf, &moving)?;
+        self.refuse_in_use(address, &pf, &moving, force)?;
         let moved = plan::moved_functions(&moving);
         let steps = plan::plan_bind_vfio(&moving);
         let created = making.existing.unwrap_or_else(persist::now_unix);
@@ -411,17 +412,32 @@ impl Engine {
         Ok(info)
     }
 
-    /// Refuses functions the host uses: the console's framebuffer, devices vgpud made on the
-    /// GPU, enabled VFs, another passthrough device, vfio-pci bindings of other tools.
-    fn refuse_in_use(&self, address: &str, pf: &str, moving: &[PciFunction]) -> EngineResult<()> {
-        let console = pci::console_functions(&self.host)
-            .map_err(|e| EngineError::host("reading framebuffers", e))?;
-        if let Some(f) = moving.iter().find(|f| console.contains(&f.address)) {
-            return Err(EngineError::Busy(format!(
-                "{} draws the host's console (a framebuffer in /sys/class/graphics is on it{}); giving it to a guest would take the host's display",
-                f.address,
-                if f.boot_vga { ", and it is the boot VGA device" } else { "" }
-            )));
+    /// Refuses functions the host uses: the one that draws the host's console (unless
+    /// `force`), devices vgpud made on the GPU, enabled VFs, another passthrough device,
+    /// vfio-pci bindings of other tools.
+    fn refuse_in_use(
+        &self,
+        address: &str,
+        pf: &str,
+        moving: &[PciFunction],
+        force: bool,
+    ) -> EngineResult<()> {
+        let console = console::console(&self.host)
+            .map_err(|e| EngineError::host("finding the host's console", e))?;
+        if let Some(console) = console {
+            if let Some(f) = moving.iter().find(|f| f.address == console.function) {
+                if !force {
+                    return Err(EngineError::Busy(format!(
+                        "{} draws the host's console ({}); giving it to a guest would take the host's display; \"force\": true insists",
+                        f.address, console.reason
+                    )));
+                }
+                tracing::warn!(
+                    address = %f.address,
+                    reason = %console.reason,
+                    "taking the function that draws the host's console: force insists"
+                );
+            }
         }
         let addresses: Vec<&str> = moving.iter().map(|f| f.address.as_str()).collect();
         let reg = lock(&self.registry);

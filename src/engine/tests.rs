@@ -611,11 +611,47 @@ fn passthrough_refuses_the_console_gpu_and_shared_groups() {
     };
     let err = pass("0000:2d:00.0", false).expect_err("console");
     assert!(matches!(err, EngineError::Busy(_)), "{err}");
+    // The reason is what the kernel says: fbcon is on the boot VGA device's framebuffer.
+    assert!(
+        err.to_string().starts_with(
+            "0000:2d:00.0 draws the host's console (fbcon draws tty1 on fb1 (nvidia-drmdrmfb), which is on it; it is the boot VGA device's framebuffer"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("\"force\": true insists"), "{err}");
     let err = pass("0000:33:00.0", false).expect_err("shared group");
     assert!(matches!(err, EngineError::Unsafe(_)), "{err}");
-    let made = pass("0000:21:00.0", false).expect("clean");
+    // fb0 is on this one, but fbcon does not draw there.
+    let made = pass("0000:21:00.0", false).expect("clean, with a framebuffer");
     assert_eq!(made.functions.len(), 2);
     e.remove_device(&made.uuid).expect("remove");
+}
+
+#[test]
+fn force_insists_past_the_console_refusal() {
+    let (d, e) = engine(&["passthrough"]);
+    let mut r = req("passthrough");
+    r.parent = Some("0000:2d:00.0".into());
+    r.force = true;
+    let made = e.create_device(&r).expect("force takes the console GPU");
+    let driver = |a: &str| {
+        std::fs::read_link(d.path().join(format!("sys/bus/pci/devices/{a}/driver")))
+            .ok()
+            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+    };
+    assert_eq!(driver("0000:2d:00.0").as_deref(), Some("vfio-pci"));
+    assert!(
+        !d.path().join("sys/class/graphics/fb1").exists(),
+        "its framebuffer went"
+    );
+    e.remove_device(&made.uuid).expect("remove");
+    assert_eq!(driver("0000:2d:00.0").as_deref(), Some("nvidia"));
+    assert!(
+        d.path().join("sys/class/graphics/fb1").exists(),
+        "and came back"
+    );
+    r.force = false;
+    assert!(matches!(e.create_device(&r), Err(EngineError::Busy(_))));
 }
 
 #[test]

@@ -22,6 +22,7 @@
 //! | `i915`          | vendor 0x8086, class 0x03xxxx                                |
 //! | `gim`           | AMD MxGPU PFs: 1002:74a1 (Instinct MI300X)                   |
 //! | `amdgpu`        | other vendor 0x1002 devices of class 0x03xxxx (its VFs too)  |
+//! | `bochs-drm`     | 1234:1111 (qemu's std VGA and secondary VGA)                 |
 //! | `vfio-pci`      | nothing: only by `driver_override` or `new_id`               |
 //! | `pci-pf-stub`   | nothing: only by `driver_override` or `new_id`               |
 //!
@@ -49,6 +50,10 @@
 //! lowest free `eth` number (the kernel's `eth%d`; no udev renames it), the interface index
 //! one above the highest in use (at least 2: `lo` is 1; the kernel's counter never gives a
 //! freed index back, which a stateless simulator cannot know); remove takes them away.
+//!
+//! The DRM drivers with fbdev emulation (`bochs-drm`, and `nvidia` while nvidia-drm's `modeset`
+//! and `fbdev` are on) register a framebuffer on probe and remove it on remove, and fbcon
+//! follows (`fbdev.rs`).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -61,7 +66,7 @@ use super::fsx::{self, errno};
 use super::journal::{Entry, Op};
 use super::kernel::{self, Roots};
 use super::profiles::tree::{write_mdev_parent, Tree};
-use super::{sriov, vgpu, SimError};
+use super::{fbdev, sriov, vgpu, SimError};
 use crate::catalog::{self, NvidiaScheme};
 
 /// Loaded drivers are tried in this order; see the module doc.
@@ -74,6 +79,7 @@ const PROBE_ORDER: &[&str] = &[
     "i915",
     "gim",
     "amdgpu",
+    "bochs-drm",
     "vfio-pci",
     "pci-pf-stub",
 ];
@@ -104,6 +110,7 @@ pub(crate) fn static_match(driver: &str, vendor: u16, device: u16, class: u32) -
         "i915" => vendor == 0x8086 && base == 0x03,
         "gim" => is_gim_id(vendor, device),
         "amdgpu" => vendor == 0x1002 && base == 0x03 && !is_gim_id(vendor, device),
+        "bochs-drm" => (vendor, device) == (0x1234, 0x1111),
         _ => false,
     }
 }
@@ -116,7 +123,7 @@ fn is_gim_id(vendor: u16, device: u16) -> bool {
 /// `new_id` compares with to refuse a duplicate).
 fn static_id_match(driver: &str, vendor: u16, device: u16) -> bool {
     match driver {
-        "ixgbe" | "e1000e" | "gim" => static_match(driver, vendor, device, 0),
+        "ixgbe" | "e1000e" | "gim" | "bochs-drm" => static_match(driver, vendor, device, 0),
         _ => false,
     }
 }
@@ -328,16 +335,18 @@ pub(crate) fn attach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
     fsx::symlink_rel(&driver_dir.join(bdf_of(dev)), dev)?;
     set_uevent_driver(dev, Some(driver))?;
     match driver {
-        "vfio-pci" => vfio_register(roots, dev),
-        "nvidia" => nvidia_probe(roots, dev),
-        d if is_net_driver(d) => netdev_register(&roots.sys, dev).map(|_| ()),
-        _ => Ok(()),
+        "vfio-pci" => vfio_register(roots, dev)?,
+        "nvidia" => nvidia_probe(roots, dev)?,
+        d if is_net_driver(d) => netdev_register(&roots.sys, dev).map(|_| ())?,
+        _ => {}
     }
+    fbdev::probe(&roots.sys, dev, driver)
 }
 
 /// Unbinds `dev` from `driver` after the remove effects; a device half bound or half unbound
 /// ends unbound. Never fails for a reason the kernel would have.
 pub(crate) fn detach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> {
+    fbdev::remove(&roots.sys, dev)?;
     if driver == "nvidia" {
         nvidia_remove(roots, dev)?;
     }
@@ -360,6 +369,11 @@ pub(crate) fn bind_made(roots: &Roots, driver: &str, made: &mut Vec<PathBuf>) {
     }
     if is_net_driver(driver) {
         dirs.push(roots.sys.join("class/net"));
+    }
+    if matches!(driver, "bochs-drm" | "nvidia") {
+        dirs.push(roots.sys.join("class/graphics"));
+        dirs.push(roots.sys.join("class/vtconsole"));
+        dirs.push(roots.sys.join("devices/virtual/vtconsole"));
     }
     for dir in dirs {
         kernel::missing_dirs(&dir, made);

@@ -60,6 +60,7 @@
 //! tree cannot say and which, like the kernel's, do not survive a reboot.
 
 mod binding;
+mod fbdev;
 mod fsx;
 mod journal;
 mod kernel;

@@ -137,6 +137,45 @@ fn unbind_and_bind_refuse_like_the_driver_core() {
 }
 
 #[test]
+fn a_drm_drivers_framebuffer_goes_with_its_device_and_fbcon_follows() {
+    let (_dir, host) = host("passthrough");
+    let graphics = || host.list_dir(&host.sys("class/graphics")).expect("list");
+    let vt_bind = |id: &str| {
+        fs::read_to_string(host.sys(&format!("class/vtconsole/{id}/bind"))).expect("bind")
+    };
+    assert_eq!(graphics(), vec!["fb0", "fb1", "fb2"]);
+    // A GPU fbcon does not draw on: its framebuffer goes, fbcon stays.
+    unbind(&host, "nvidia", CLEAN).expect("unbind");
+    assert_eq!(graphics(), vec!["fb1", "fb2"]);
+    assert!(!dev(&host, CLEAN).join("graphics").exists());
+    assert_eq!(vt_bind("vtcon1"), "1\n");
+    bind(&host, "nvidia", CLEAN).expect("bind");
+    assert_eq!(
+        graphics(),
+        vec!["fb0", "fb1", "fb2"],
+        "the lowest free index"
+    );
+    // The console's: every console was on it, they go back to the dummy console.
+    unbind(&host, "nvidia", CONSOLE).expect("unbind");
+    assert_eq!(graphics(), vec!["fb0", "fb2"]);
+    assert_eq!(
+        (vt_bind("vtcon0"), vt_bind("vtcon1")),
+        ("1\n".into(), "0\n".into())
+    );
+    let console = crate::discovery::console::console(&host).expect("read");
+    assert_eq!(console, None, "only the dummy console is bound");
+    // Bound again, the primary display's framebuffer makes fbcon take the consoles over.
+    bind(&host, "nvidia", CONSOLE).expect("bind");
+    assert_eq!(graphics(), vec!["fb0", "fb1", "fb2"]);
+    assert_eq!(
+        (vt_bind("vtcon0"), vt_bind("vtcon1")),
+        ("0\n".into(), "1\n".into())
+    );
+    let console = crate::discovery::console::console(&host).expect("read");
+    assert_eq!(console.expect("console").function, CONSOLE);
+}
+
+#[test]
 fn driver_override_reads_null_when_unset() {
     let (_dir, host) = host("passthrough");
     let rel = format!("bus/pci/devices/{CLEAN}/driver_override");
@@ -907,10 +946,29 @@ fn the_passthrough_profile_has_its_three_cases() {
         ]
     );
     assert_eq!(driver(&host, "0000:34:00.0").as_deref(), Some("e1000e"));
-    let fb = host
-        .resolve(&host.sys("class/graphics/fb0/device"))
-        .expect("fb0");
-    assert_eq!(fb, host.resolve(&dev(&host, CONSOLE)).expect("console"));
+    // nvidia-drm's framebuffers on every GPU, in bus order; fbcon is bound.
+    for (fb, bdf) in [("fb0", CLEAN), ("fb1", CONSOLE), ("fb2", SHARED)] {
+        let on = host
+            .resolve(&host.sys(&format!("class/graphics/{fb}/device")))
+            .expect(fb);
+        assert_eq!(on, host.resolve(&dev(&host, bdf)).expect("gpu"), "{fb}");
+        assert_eq!(
+            attr(&host, bdf, &format!("graphics/{fb}/name")),
+            "nvidia-drmdrmfb\n"
+        );
+    }
+    assert_eq!(
+        fs::read_to_string(host.sys("class/vtconsole/vtcon1/name")).expect("fbcon"),
+        "(M) frame buffer device\n"
+    );
+    assert_eq!(
+        fs::read_to_string(host.sys("class/vtconsole/vtcon1/bind")).expect("bind"),
+        "1\n"
+    );
+    assert_eq!(
+        fs::read_to_string(host.sys("class/tty/tty0/active")).expect("tty0"),
+        "tty1\n"
+    );
     assert_eq!(
         driver(&host, "0000:21:00.1").as_deref(),
         Some("snd_hda_intel")

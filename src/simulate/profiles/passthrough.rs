@@ -15,15 +15,22 @@
 //! | …/0000:32:03.0/0000:34:00.0                              | 8086:10d3 NIC, e1000e| 81    |
 //!
 //! (a) is alone in its group with its audio function. (b) is the boot VGA device (its
-//! `boot_vga` reads 1) and the console runs on it: `sys/class/graphics/fb0` is nvidia-drm's
-//! framebuffer, whose `device` link points at the GPU. (c) sits behind an ASMedia ASM1182e switch (1b21:1182)
+//! `boot_vga` reads 1) and the console runs on it. nvidia-drm runs with `modeset=1 fbdev=1`
+//! (`sys/module/nvidia_drm/parameters/{modeset,fbdev}` read `Y`), so, as on a real host, it
+//! registered a framebuffer on every GPU, in bus order: fb0 on (a), fb1 on (b), fb2 on (c)
+//! (`sys/class/graphics/fb<N>`, `name` `nvidia-drmdrmfb`). fbcon took the consoles over on fb0
+//! and moved them to fb1 when (b), the primary display, registered
+//! (`CONFIG_FRAMEBUFFER_CONSOLE_DETECT_PRIMARY`): `sys/class/vtconsole/vtcon1` is fbcon, bound,
+//! over `vtcon0`, the dummy console (a UEFI boot, no VGA text mode); the foreground console is
+//! `tty1` (`sys/class/tty/tty0/active`). So only (b) draws the console, and (a) and (c) have a
+//! framebuffer that is not the console's. (c) sits behind an ASMedia ASM1182e switch (1b21:1182)
 //! without ACS, so the switch, the GPU, its audio function and an Intel 82574L NIC share one
 //! IOMMU group: passing the GPU through takes the NIC with it. All on NUMA node 0.
 
 use super::platform::root_port;
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, IO, MEM32, MEM64_PREF};
 use crate::model::{VENDOR_INTEL, VENDOR_NVIDIA};
-use crate::simulate::SimError;
+use crate::simulate::{fbdev, SimError};
 
 /// An RTX A4000 at `path`, in `group`, with its audio function; returns the GPU's path.
 fn a4000(tree: &Tree, path: &str, group: u32, boot_vga: bool) -> Result<String, SimError> {
@@ -113,34 +120,27 @@ fn switch_port(path: String, secondary: u8, group: u32) -> PciFn {
 
 /// Writes `passthrough`.
 pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
+    fbdev::write_consoles(tree, "(S) dummy device")?;
+    for p in ["modeset", "fbdev"] {
+        tree.file(
+            &format!("sys/module/nvidia_drm/parameters/{p}"),
+            "Y\n",
+            0o444,
+        )?;
+    }
+    let mut gpus = Vec::new();
     // (a) and (b): a GPU behind its own root port.
-    let mut console = String::new();
     for (r, group, boot_vga) in [(0x20_u8, 76_u32, false), (0x2c, 78, true)] {
         write_root_complex(tree, 0, r)?;
         let port = format!("pci0000:{r:02x}/0000:{r:02x}:01.1");
         write_pci(tree, &root_port(&port, r + 1, group, 0))?;
-        let rel = a4000(
+        gpus.push(a4000(
             tree,
             &format!("{port}/0000:{:02x}:00.0", r + 1),
             group + 1,
             boot_vga,
-        )?;
-        if boot_vga {
-            console = rel;
-        }
+        )?);
     }
-    // The console's framebuffer (nvidia-drm's fbdev emulation).
-    let fb = format!("{console}/graphics/fb0");
-    tree.file(&format!("{fb}/dev"), "29:0\n", 0o444)?;
-    tree.file(&format!("{fb}/name"), "nvidia-drmdrmfb\n", 0o444)?;
-    tree.file(
-        &format!("{fb}/uevent"),
-        "MAJOR=29\nMINOR=0\nDEVNAME=fb0\n",
-        0o644,
-    )?;
-    tree.link(&format!("{fb}/device"), &console)?;
-    tree.link(&format!("{fb}/subsystem"), "sys/class/graphics")?;
-    tree.link("sys/class/graphics/fb0", &fb)?;
 
     // (c): behind a switch without ACS, with a NIC in the same group.
     let (r, group) = (0x30_u8, 80_u32);
@@ -153,7 +153,16 @@ pub(super) fn write(tree: &Tree) -> Result<(), SimError> {
     let down_nic = format!("{up}/0000:32:03.0");
     write_pci(tree, &switch_port(down_gpu.clone(), 0x33, group + 1))?;
     write_pci(tree, &switch_port(down_nic.clone(), 0x34, group + 1))?;
-    a4000(tree, &format!("{down_gpu}/0000:33:00.0"), group + 1, false)?;
+    gpus.push(a4000(
+        tree,
+        &format!("{down_gpu}/0000:33:00.0"),
+        group + 1,
+        false,
+    )?);
+    // nvidia-drm's framebuffers, in bus order (fbcon follows).
+    for rel in &gpus {
+        fbdev::profile_probe(tree, rel, "nvidia")?;
+    }
     let nic = PciFn {
         path: format!("{down_nic}/0000:34:00.0"),
         vendor: VENDOR_INTEL,
