@@ -13,7 +13,9 @@
 //!
 //! `register_framebuffer` takes the lowest free index N: `<dev>/graphics/fb<N>/` (`dev`
 //! `29:<N>`, `name`, `uevent`, `device`, `subsystem`, `power/`) and `sys/class/graphics/fb<N>`;
-//! the removal takes them away (and `<dev>/graphics/` once empty).
+//! the removal takes them away (and `<dev>/graphics/` once empty). The rest of fbsysfs's
+//! attributes (`bits_per_pixel`, `mode`, `modes`, `stride`, `virtual_size`, …) are not
+//! written: nothing reads them.
 //!
 //! fbcon, derived from the tree like everything here (its internal map is not in sysfs):
 //! - it registers as a console driver, `sys/class/vtconsole/vtcon<M>` named `(M) frame

@@ -1075,14 +1075,15 @@ fn qemu_vm_is_the_real_kernel_suites_vm() {
         ("0000:00:00.0", "0", None),
         ("0000:00:01.0", "1", Some("pcieport")),
         ("0000:00:02.0", "2", Some("pcieport")),
-        ("0000:00:1f.0", "3", None),
-        ("0000:00:1f.2", "3", None),
-        ("0000:00:1f.3", "3", None),
-        ("0000:01:00.0", "4", None),
-        ("0000:01:00.1", "4", Some("e1000e")),
-        ("0000:02:00.0", "5", None),
-        ("0000:03:01.0", "5", None),
-        ("0000:03:02.0", "5", None),
+        ("0000:00:03.0", "3", Some("bochs-drm")),
+        ("0000:00:1f.0", "4", None),
+        ("0000:00:1f.2", "4", None),
+        ("0000:00:1f.3", "4", None),
+        ("0000:01:00.0", "5", Some("bochs-drm")),
+        ("0000:01:00.1", "5", Some("e1000e")),
+        ("0000:02:00.0", "6", None),
+        ("0000:03:01.0", "6", None),
+        ("0000:03:02.0", "6", None),
     ]
     .map(|(b, g, d)| (b.to_string(), Some(g.to_string()), d.map(str::to_string)));
     assert_eq!(groups, want);
@@ -1091,12 +1092,41 @@ fn qemu_vm_is_the_real_kernel_suites_vm() {
     assert!(!mtty.join("dev").exists());
     assert_eq!(fs::read_to_string(mtty.join("uevent")).expect("uevent"), "");
 
-    // An mdev takes the lowest free group (6) and is registered with vfio.
+    // bochs-drm's framebuffers, fbcon on the boot VGA device's fb0, as the VM showed them.
+    let fbs: Vec<(String, String)> = host
+        .list_dir(&host.sys("class/graphics"))
+        .expect("graphics")
+        .into_iter()
+        .filter(|f| f.starts_with("fb") && f != "fbcon")
+        .map(|f| {
+            let d = host
+                .resolve(&host.sys(&format!("class/graphics/{f}/device")))
+                .expect("device");
+            (
+                f,
+                d.file_name().expect("name").to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fbs,
+        [("fb0", "0000:00:03.0"), ("fb1", "0000:01:00.0")].map(|(f, d)| (f.into(), d.into()))
+    );
+    let console = crate::discovery::console::console(&host)
+        .expect("read")
+        .expect("a console");
+    assert_eq!(console.function, "0000:00:03.0");
+    assert_eq!(
+        console.reason.to_string(),
+        "fbcon draws tty1 on fb0 (bochs-drmdrmfb), which is on it; it is the boot VGA device's framebuffer, which fbcon takes as its primary display"
+    );
+
+    // An mdev takes the lowest free group (7) and is registered with vfio.
     create(&host, "sys/class/mdev_bus/mtty", "mtty-2", U1).expect("create");
     let m = host.sys(&format!("bus/mdev/devices/{U1}"));
     assert_eq!(
         host.link_name(&m.join("iommu_group")).expect("g"),
-        Some("6".into())
+        Some("7".into())
     );
     assert!(m.join("power").is_dir());
     assert!(m.join("vfio-dev/vfio0").is_dir());

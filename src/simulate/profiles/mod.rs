@@ -72,7 +72,7 @@ const PROFILES: &[(&str, &str)] = &[
     ),
     (
         "qemu-vm",
-        "the real-kernel suite's q35 VM: mtty, two std VGAs (one with an e1000e function, one sharing a group with edu)",
+        "the real-kernel suite's q35 VM: mtty, two std VGAs on bochs-drm (the console's, one with an e1000e function), a qxl sharing a group with edu",
     ),
 ];
 

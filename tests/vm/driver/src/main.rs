@@ -76,6 +76,7 @@ const T1: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1004";
 const X1: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1005";
 const PT1: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1006";
 const PT2: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1007";
+const PT3: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1008";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -1026,6 +1027,78 @@ fn pci_group(w: &World, addr: &str) -> Option<String> {
     link_name(&w.root(&format!("sys/bus/pci/devices/{addr}/iommu_group")))
 }
 
+/// The framebuffers, `fb0 0000:00:03.0 bochs-drmdrmfb, fb1 …` (`sys/class/graphics/fb<N>`:
+/// the device its `device` link names, its `name`).
+fn framebuffers(w: &World) -> String {
+    let dir = w.root("sys/class/graphics");
+    let mut fbs: Vec<(u32, String)> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    let i: u32 = n.strip_prefix("fb")?.parse().ok()?;
+                    let device = std::fs::canonicalize(dir.join(&n).join("device"))
+                        .ok()
+                        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+                        .unwrap_or_else(|| "-".into());
+                    Some((
+                        i,
+                        format!("{n} {device} {}", read_trim(&dir.join(&n).join("name"))),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    fbs.sort();
+    fbs.into_iter()
+        .map(|(_, s)| s)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The console drivers, `vtcon0 (S) dummy device bind 0, vtcon1 …`.
+fn vtconsoles(w: &World) -> String {
+    let dir = w.root("sys/class/vtconsole");
+    let mut v: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.iter()
+        .map(|id| {
+            format!(
+                "{id} {} bind {}",
+                read_trim(&dir.join(id).join("name")),
+                read_trim(&dir.join(id).join("bind"))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether fbcon is bound (a console driver named "frame buffer device" with `bind` 1).
+fn fbcon_bound(w: &World) -> bool {
+    vtconsoles(w)
+        .split(", ")
+        .any(|v| v.contains("frame buffer device") && v.ends_with("bind 1"))
+}
+
+/// What the console looks like now, for INFO lines: framebuffers, console drivers, the
+/// foreground console, and (real kernel) /proc/fb.
+fn console_info(w: &World, when: &str) {
+    info(format!("{when}: sys/class/graphics: {}", framebuffers(w)));
+    info(format!("{when}: sys/class/vtconsole: {}", vtconsoles(w)));
+    if w.real() {
+        info(format!(
+            "{when}: /proc/fb: {:?}",
+            std::fs::read_to_string("/proc/fb").unwrap_or_default()
+        ));
+    }
+}
+
 async fn pci_section(w: &mut World, r: &mut Report) {
     let m = w.manager().await;
     let iommus: Vec<_> = std::fs::read_dir(w.root("sys/class/iommu"))
@@ -1037,8 +1110,9 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         "sys/class/iommu is empty",
     );
 
-    // The emulated devices: std VGA 1234:1111 (two: one with the e1000e as its function 1,
-    // one behind a PCIe-to-PCI bridge next to the edu device), e1000e 8086:10d3, edu 1234:11e8.
+    // The emulated devices: two std VGAs 1234:1111 on bochs-drm (the console adapter, the boot
+    // VGA device on the root bus, and GPU A with the e1000e 8086:10d3 as its function 1), and
+    // GPU B, a qxl 1b36:0100 behind a PCIe-to-PCI bridge next to the edu device 1234:11e8.
     // The whole PCI tree, for the simulated profile shaped like this host.
     let mut all: Vec<String> = std::fs::read_dir(w.root("sys/bus/pci/devices"))
         .map(|d| {
@@ -1096,10 +1170,13 @@ async fn pci_section(w: &mut World, r: &mut Report) {
     ));
     info(format!("dev/vfio: {}", listing(&w.root("dev/vfio"))));
     let vgas = find_pci(w, "0x1234", "0x1111");
+    let qxls = find_pci(w, "0x1b36", "0x0100");
     let nics = find_pci(w, "0x8086", "0x10d3");
     let edus = find_pci(w, "0x1234", "0x11e8");
-    info(format!("VGA {vgas:?}, e1000e {nics:?}, edu {edus:?}"));
-    for a in vgas.iter().chain(&nics).chain(&edus) {
+    info(format!(
+        "VGA {vgas:?}, qxl {qxls:?}, e1000e {nics:?}, edu {edus:?}"
+    ));
+    for a in vgas.iter().chain(&qxls).chain(&nics).chain(&edus) {
         info(format!(
             "{a}: class {} group {:?} driver {:?}",
             read_trim(&w.root(&format!("sys/bus/pci/devices/{a}/class"))),
@@ -1107,13 +1184,40 @@ async fn pci_section(w: &mut World, r: &mut Report) {
             pci_driver(w, a)
         ));
     }
-    // The e1000e that is function 1 of GPU A's slot.
-    let nic = vgas.first().and_then(|a| {
-        let f1 = format!("{}.1", a.rsplit_once('.').map_or(a.as_str(), |(s, _)| s));
-        nics.iter().find(|n| **n == f1)
-    });
-    let (Some(gpu_a), Some(gpu_b), Some(nic), Some(edu)) =
-        (vgas.first(), vgas.get(1), nic, edus.first())
+    for fb in std::fs::read_dir(w.root("sys/class/graphics"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+    {
+        let dir = w.root(&format!("sys/class/graphics/{fb}"));
+        info(format!(
+            "sys/class/graphics/{fb} -> {:?}: {}",
+            std::fs::canonicalize(&dir).ok(),
+            listing(&dir)
+        ));
+    }
+    info(format!(
+        "sys/class/tty/tty0/active {}; proc/cmdline {:?}",
+        read_trim(&w.root("sys/class/tty/tty0/active")),
+        read_trim(&w.root("proc/cmdline"))
+    ));
+    console_info(w, "at start");
+    let slot = |a: &str| a.rsplit_once('.').map_or(a, |(s, _)| s).to_string();
+    // The console adapter: the boot VGA device. GPU A: the VGA whose function 1 is the e1000e.
+    let console = vgas
+        .iter()
+        .find(|a| read_trim(&w.root(&format!("sys/bus/pci/devices/{a}/boot_vga"))) == "1")
+        .cloned();
+    let gpu_a = vgas
+        .iter()
+        .find(|a| nics.contains(&format!("{}.1", slot(a))))
+        .cloned();
+    let nic = gpu_a.as_ref().map(|a| format!("{}.1", slot(a)));
+    let (Some(console), Some(gpu_a), Some(gpu_b), Some(nic), Some(edu)) =
+        (console, gpu_a, qxls.first(), nic, edus.first())
     else {
         r.check(
             "pci.devices_present",
@@ -1122,7 +1226,7 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         );
         return;
     };
-    let (gpu_a, gpu_b, nic, edu) = (gpu_a.clone(), gpu_b.clone(), nic.clone(), edu.clone());
+    let (gpu_b, edu) = (gpu_b.clone(), edu.clone());
     r.fact(
         "pci.nic_is_function_1_of_gpu_a",
         nic.strip_suffix(".1") == gpu_a.strip_suffix(".0"),
@@ -1135,17 +1239,60 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         "pci.edu_shares_group_with_gpu_b",
         pci_group(w, &edu) == pci_group(w, &gpu_b),
     );
+    r.fact(
+        "pci.console_alone_in_its_group",
+        std::fs::read_dir(w.root(&format!(
+            "sys/kernel/iommu_groups/{}/devices",
+            pci_group(w, &console).unwrap_or_default()
+        )))
+        .map(|d| d.count())
+        .unwrap_or(0)
+            == 1,
+    );
     r.fact("pci.nic_driver", pci_driver(w, &nic));
+    // Both std VGAs on bochs-drm, each with its framebuffer; fbcon draws on the console's.
+    let fbs_at_start = framebuffers(w);
+    r.fact("pci.console.framebuffers", &fbs_at_start);
+    r.fact("pci.console.vtconsoles", vtconsoles(w));
+    r.fact(
+        "pci.console.tty0",
+        read_trim(&w.root("sys/class/tty/tty0/active")),
+    );
+    r.check(
+        "pci.bochs_drm_on_both_vgas",
+        pci_driver(w, &console) == "bochs-drm" && pci_driver(w, &gpu_a) == "bochs-drm",
+        format!(
+            "drivers {:?}, {:?}",
+            pci_driver(w, &console),
+            pci_driver(w, &gpu_a)
+        ),
+    );
+    r.check(
+        "pci.fbcon_on_the_console_adapter",
+        fbs_at_start.starts_with(&format!("fb0 {console} bochs-drmdrmfb, fb1 {gpu_a} "))
+            && fbcon_bound(w),
+        format!(
+            "framebuffers {fbs_at_start}; console drivers {}",
+            vtconsoles(w)
+        ),
+    );
     let gpus = m.list_gpus().await.unwrap_or_default();
     let mut ok = true;
-    for a in [&gpu_a, &gpu_b] {
+    for a in [&gpu_a, &gpu_b, &console] {
         match gpus.iter().find(|g| &g.0 == a) {
             Some(g) => {
                 let p = w.gpu(&g.4).await;
                 let grp = p.iommu_group().await.unwrap_or(-2);
                 let modes = p.sharing_modes().await.unwrap_or_default();
+                let which = if a == &gpu_a {
+                    "a"
+                } else if a == &gpu_b {
+                    "b"
+                } else {
+                    "console"
+                };
                 r.fact(
-                    &format!("pci.gpu.{}", if a == &gpu_a { "a" } else { "b" }),
+                    &format!("pci.gpu.{which}"),
                     format!(
                         "driver={:?} modes={modes:?} model={:?} group={grp}",
                         g.2, g.1
@@ -1205,7 +1352,30 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         format!("{:?}", b_try.as_ref().map_err(error_text)),
     );
 
-    // GPU A with its function 1 (the e1000e, like a GPU's audio function) goes to vfio-pci.
+    // The console adapter is refused: fbcon draws tty1 on its framebuffer.
+    let c_try = m
+        .create_device(
+            "passthrough",
+            opts(&[("parent", Variant::from(console.as_str()))]),
+        )
+        .await;
+    let e = c_try.as_ref().err().map(error_name).unwrap_or("ok".into());
+    let msg = c_try.as_ref().err().map(error_text).unwrap_or_default();
+    r.fact("pci.console.error", &e);
+    r.fact("pci.console.message", &msg);
+    r.check(
+        "pci.refuse_console",
+        e == "org.vgpud1.Error.Busy"
+            && msg.contains("fbcon")
+            && msg.contains("force")
+            && pci_driver(w, &console) == "bochs-drm"
+            && framebuffers(w) == fbs_at_start,
+        format!("{msg:?}, driver {:?}", pci_driver(w, &console)),
+    );
+
+    // GPU A (the second adapter, its framebuffer fb1) with its function 1 (the e1000e, like a
+    // GPU's audio function) goes to vfio-pci: a framebuffer that is not the console's is no
+    // reason to refuse.
     let a_try = m
         .create_device(
             "passthrough",
@@ -1218,6 +1388,9 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         .await;
     let drivers = (pci_driver(w, &gpu_a), pci_driver(w, &nic));
     r.fact("pci.passthrough.drivers", format!("{drivers:?}"));
+    console_info(w, "GPU A passed through");
+    r.fact("pci.passthrough.framebuffers", framebuffers(w));
+    r.fact("pci.passthrough.vtconsoles", vtconsoles(w));
     r.fact(
         "pci.passthrough.nic_interfaces",
         std::fs::read_dir(w.root(&format!("sys/bus/pci/devices/{nic}/net")))
@@ -1256,7 +1429,7 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         );
         r.check(
             "pci.passthrough.functions",
-            f.contains(&(gpu_a.clone(), String::new()))
+            f.contains(&(gpu_a.clone(), "bochs-drm".into()))
                 && f.contains(&(nic.clone(), "e1000e".into())),
             format!("{f:?}"),
         );
@@ -1307,7 +1480,9 @@ async fn pci_section(w: &mut World, r: &mut Report) {
     let rm = m_remove(w, PT1).await;
     // The e1000e probe is asynchronous to nothing here (drivers_probe), but give it a moment.
     let t0 = Instant::now();
-    while pci_driver(w, &nic) != "e1000e" && t0.elapsed() < Duration::from_secs(5) {
+    while (pci_driver(w, &nic) != "e1000e" || pci_driver(w, &gpu_a) != "bochs-drm")
+        && t0.elapsed() < Duration::from_secs(5)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let drivers = (pci_driver(w, &gpu_a), pci_driver(w, &nic));
@@ -1320,10 +1495,18 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         .unwrap_or(0);
     r.fact("pci.remove.drivers", format!("{drivers:?}"));
     r.fact("pci.remove.driver_override", format!("{overrides:?}"));
+    console_info(w, "GPU A given back");
+    r.fact("pci.remove.framebuffers", framebuffers(w));
+    r.fact("pci.remove.vtconsoles", vtconsoles(w));
     r.check(
         "pci.remove_restores_drivers",
-        rm.is_ok() && drivers == (String::new(), "e1000e".into()),
+        rm.is_ok() && drivers == ("bochs-drm".into(), "e1000e".into()),
         format!("{rm:?}, drivers {drivers:?}"),
+    );
+    r.check(
+        "pci.remove_restores_the_framebuffer",
+        framebuffers(w) == fbs_at_start && fbcon_bound(w),
+        format!("{} / {}", framebuffers(w), vtconsoles(w)),
     );
     r.check(
         "pci.remove_clears_override",
@@ -1378,6 +1561,61 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         "pci.force.remove",
         rm.is_ok() && drivers == (String::new(), String::new()),
         format!("{rm:?}, drivers {drivers:?}"),
+    );
+
+    // With force, the console adapter is taken too; fbcon lets the consoles go back to the
+    // dummy console, and takes them again when bochs-drm is back.
+    let c_force = m
+        .create_device(
+            "passthrough",
+            opts(&[
+                ("parent", Variant::from(console.as_str())),
+                ("uuid", Variant::from(PT3)),
+                ("force", Variant::from(true)),
+            ]),
+        )
+        .await;
+    let driver = pci_driver(w, &console);
+    r.fact("pci.console_force.driver", &driver);
+    console_info(w, "console adapter passed through");
+    r.fact("pci.console_force.framebuffers", framebuffers(w));
+    r.fact("pci.console_force.vtconsoles", vtconsoles(w));
+    r.check(
+        "pci.console_force",
+        c_force.is_ok() && driver == "vfio-pci" && !fbcon_bound(w),
+        format!(
+            "{:?}, driver {driver:?}, {}",
+            c_force.as_ref().map_err(error_text),
+            vtconsoles(w)
+        ),
+    );
+    // Real kernel only (not a FACT): the simulator's /dev/vfio/N is a regular file.
+    if w.real() {
+        let g = pci_group(w, &console).unwrap_or_default();
+        let h = vfio_handshake(g.parse().unwrap_or(-1), &[&console]);
+        r.check(
+            "pci.console_force.vfio_handshake",
+            h.is_ok(),
+            format!("{:?}", h.as_ref().err()),
+        );
+        if let Ok(s) = h {
+            info(format!("console adapter handshake: {s}"));
+        }
+    }
+    let rm = m_remove(w, PT3).await;
+    let driver = pci_driver(w, &console);
+    r.fact("pci.console_force.remove.driver", &driver);
+    console_info(w, "console adapter given back");
+    r.fact("pci.console_force.remove.framebuffers", framebuffers(w));
+    r.fact("pci.console_force.remove.vtconsoles", vtconsoles(w));
+    r.check(
+        "pci.console_force.remove",
+        rm.is_ok() && driver == "bochs-drm" && framebuffers(w) == fbs_at_start && fbcon_bound(w),
+        format!(
+            "{rm:?}, driver {driver:?}, {} / {}",
+            framebuffers(w),
+            vtconsoles(w)
+        ),
     );
 }
 
