@@ -153,6 +153,24 @@ pub(super) struct Merged {
     stale_records: Vec<String>,
 }
 
+/// The rule for forgetting a record: a record is dropped only when its device is really
+/// gone, that is when the look at the host found no device of that UUID to list (none is
+/// active, it has no definition, it is not a persistent SR-IOV vGPU or passthrough device,
+/// whose record is their definition) and no definition of that UUID was set aside as bad.
+/// A record whose definition cannot be read is never dropped: the device stays known,
+/// inactive, and the operator decides. (Devices in flight are spared by the caller.)
+pub(super) fn stale_records<'a>(
+    records: impl IntoIterator<Item = &'a str>,
+    devices: &BTreeMap<String, DeviceInfo>,
+    set_aside: &BTreeSet<String>,
+) -> Vec<String> {
+    records
+        .into_iter()
+        .filter(|u| !devices.contains_key(*u) && !set_aside.contains(*u))
+        .map(str::to_string)
+        .collect()
+}
+
 impl Engine {
     /// Completes or rolls back every intent a crash left open, then sweeps temporary files.
     pub(super) fn replay_intents(&self) -> EngineResult<()> {
@@ -305,16 +323,14 @@ impl Engine {
 
     /// A device described from its definition on disk, if it has one.
     fn info_from_disk(&self, uuid: &str, parent: &str) -> Option<DeviceInfo> {
-        let path = mdevctl::path(&self.host, parent, uuid);
-        let text = std::fs::read_to_string(&path).ok()?;
-        let def = mdevctl::Definition::parse(parent, uuid, &text, &path).ok()?;
+        let def = mdevctl::read(&self.host, parent, uuid).ok().flatten()?;
         Some(self.describe_defined(&def, None))
     }
 
     fn remove_definitions_of(&self, uuid: &str) -> EngineResult<()> {
-        let (defs, _) = mdevctl::read_all(&self.host)
+        let defs = mdevctl::read_all(&self.host)
             .map_err(|e| EngineError::persist("reading definitions", e))?;
-        for def in defs.iter().filter(|d| d.uuid == uuid) {
+        for def in defs.defined.iter().filter(|d| d.uuid == uuid) {
             mdevctl::remove(&self.host, &def.parent, uuid)
                 .map_err(|e| EngineError::persist(format!("undefining {uuid}"), e))?;
         }
@@ -344,17 +360,31 @@ impl Engine {
         }
     }
 
+    /// An mdev known only from its record, its definition set aside as bad.
+    fn describe_set_aside(&self, rec: &state::DeviceRecord) -> DeviceInfo {
+        let def = mdevctl::Definition {
+            parent: rec.parent.clone(),
+            uuid: rec.uuid.clone(),
+            mdev_type: rec.type_id.clone(),
+            autostart: false,
+            attrs: rec
+                .params
+                .iter()
+                .map(|p| (VGPU_PARAMS.to_string(), p.clone()))
+                .collect(),
+        };
+        self.describe_defined(&def, Some(rec))
+    }
+
     /// Reads sysfs, the definitions and the records, and merges them by UUID.
     pub(super) fn merge(&self, initial: bool) -> EngineResult<Merged> {
         let active = discovery::scan_devices(&self.host)
             .map_err(|e| EngineError::host("scanning mdev devices", e))?;
-        let (defs, bad) = mdevctl::read_all(&self.host)
+        // Bad definitions are set aside (and reported once) by the reader.
+        let definitions = mdevctl::read_all(&self.host)
             .map_err(|e| EngineError::persist("reading definitions", e))?;
-        for b in &bad {
-            if initial {
-                tracing::warn!(path = %b.path.display(), error = %b.error, "skipping a definition");
-            }
-        }
+        let defs = &definitions.defined;
+        let set_aside = &definitions.set_aside;
         let records = match state::read_all(&self.host) {
             Ok(r) => r,
             Err(e) if initial => return Err(EngineError::persist("reading device records", e)),
@@ -366,7 +396,7 @@ impl Engine {
         let records: BTreeMap<&str, &state::DeviceRecord> =
             records.iter().map(|r| (r.uuid.as_str(), r)).collect();
         let mut defs_by_uuid: BTreeMap<&str, &mdevctl::Definition> = BTreeMap::new();
-        for d in &defs {
+        for d in defs {
             defs_by_uuid.entry(d.uuid.as_str()).or_insert(d);
         }
         let mut devices = BTreeMap::new();
@@ -377,7 +407,8 @@ impl Engine {
             let mut info = self.describe_active(dev, None);
             info.owner = rec.map(|r| r.owner.clone()).unwrap_or_default();
             info.created = rec.map_or(0, |r| r.created);
-            info.persistent = def.is_some();
+            // A definition set aside is still a definition, though not one to start from.
+            info.persistent = def.is_some() || set_aside.contains(&uuid);
             info.autostart = def.is_some_and(|d| d.autostart);
             devices.insert(uuid, info);
         }
@@ -387,17 +418,24 @@ impl Engine {
                 devices.insert(uuid.to_string(), self.describe_defined(def, rec));
             }
         }
+        // An mdev whose definition was set aside stays known from its record: inactive,
+        // persistent, never started on its own (until its definition is repaired, or
+        // rewritten by ModifyDevice, or the device is started or removed by UUID).
+        for rec in records
+            .values()
+            .filter(|r| r.kind == state::DeviceKind::Mdev)
+        {
+            if set_aside.contains(&rec.uuid) && !devices.contains_key(&rec.uuid) {
+                devices.insert(rec.uuid.clone(), self.describe_set_aside(rec));
+            }
+        }
         let pci_records: Vec<&state::DeviceRecord> = records
             .values()
             .copied()
             .filter(|r| r.kind != state::DeviceKind::Mdev)
             .collect();
         self.merge_pci(&pci_records, &mut devices)?;
-        let stale_records = records
-            .keys()
-            .filter(|u| !devices.contains_key(**u))
-            .map(|u| u.to_string())
-            .collect();
+        let stale_records = stale_records(records.keys().copied(), &devices, set_aside);
         Ok(Merged {
             devices,
             stale_records,
@@ -437,8 +475,16 @@ impl Engine {
                 if busy(&reg, uuid) {
                     continue;
                 }
-                if let Err(e) = state::remove(&self.host, uuid) {
-                    tracing::warn!(%uuid, error = %e, "could not drop the record of a gone device");
+                match state::remove(&self.host, uuid) {
+                    Ok(true) => tracing::info!(
+                        %uuid,
+                        "forgot the record of a device that is gone: not on the host, not \
+                         defined, no definition set aside, not a persistent PCI device"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(%uuid, error = %e, "could not drop the record of a gone device")
+                    }
                 }
             }
             let gone: Vec<String> = reg
@@ -708,5 +754,118 @@ impl Engine {
         gpus.keys()
             .filter(|a| a.contains(':'))
             .any(|a| !pci.contains(a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{CreateRequest, ModifyRequest};
+    use crate::host::Host;
+
+    fn listed(uuid: &str) -> (String, DeviceInfo) {
+        let info = DeviceInfo {
+            uuid: uuid.into(),
+            parent: "mtty".into(),
+            type_id: "mtty-1".into(),
+            type_name: "mtty-1".into(),
+            owner: String::new(),
+            iommu_group: None,
+            attributes: BTreeMap::new(),
+            active: false,
+            persistent: true,
+            autostart: false,
+            created: 0,
+            kind: DeviceKind::Mdev,
+            address: None,
+            functions: Vec::new(),
+        };
+        (uuid.to_string(), info)
+    }
+
+    #[test]
+    fn a_record_is_stale_only_when_its_device_is_really_gone() {
+        let devices: BTreeMap<String, DeviceInfo> = [listed("listed")].into_iter().collect();
+        let set_aside: BTreeSet<String> = ["unreadable".to_string()].into_iter().collect();
+        assert_eq!(
+            stale_records(["listed", "unreadable", "gone"], &devices, &set_aside),
+            vec!["gone".to_string()]
+        );
+        assert!(stale_records(["listed"], &devices, &BTreeSet::new()).is_empty());
+    }
+
+    fn boot(dir: &std::path::Path) -> Engine {
+        Engine::new(Host::simulated(dir)).expect("engine")
+    }
+
+    /// The kernel's state is gone, `etc` and `var` are kept.
+    fn reboot(dir: &std::path::Path) {
+        for d in ["sys", "dev", "run"] {
+            let _ = std::fs::remove_dir_all(dir.join(d));
+        }
+        crate::simulate::write_profile("mtty", dir).expect("profile");
+    }
+
+    #[test]
+    fn a_record_next_to_a_truncated_definition_survives_a_reboot() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::simulate::write_profile("mtty", dir.path()).expect("profile");
+        let e = boot(dir.path());
+        let kept = e
+            .create_device(&CreateRequest {
+                type_query: "mtty-1".into(),
+                owner: "vm-kept".into(),
+                ..CreateRequest::default()
+            })
+            .expect("persistent");
+        let transient = e
+            .create_device(&CreateRequest {
+                type_query: "mtty-1".into(),
+                persistent: false,
+                autostart: false,
+                ..CreateRequest::default()
+            })
+            .expect("transient");
+        drop(e);
+        reboot(dir.path());
+        let host = Host::simulated(dir.path());
+        let def = mdevctl::path(&host, "mtty", &kept.uuid);
+        let text = std::fs::read_to_string(&def).expect("definition");
+        std::fs::write(&def, &text[..text.len() / 2]).expect("truncate");
+
+        let e = boot(dir.path());
+        let dev = e.device(&kept.uuid).expect("still known");
+        assert!(!dev.active && dev.persistent && !dev.autostart, "{dev:?}");
+        assert_eq!(dev.owner, "vm-kept");
+        assert!(state::path(&host, &kept.uuid).exists(), "record kept");
+        assert!(def.with_file_name(format!("{}.bad", kept.uuid)).exists());
+        assert!(!def.exists());
+        // The transient device's record goes: that device is really gone.
+        assert!(e.device(&transient.uuid).is_none());
+        assert!(!state::path(&host, &transient.uuid).exists());
+        // Later looks and restarts keep it too.
+        e.poll().expect("poll");
+        drop(e);
+        let e = boot(dir.path());
+        assert!(e.device(&kept.uuid).is_some());
+        assert!(state::path(&host, &kept.uuid).exists());
+        // The operator's way back: a fresh definition from what vgpud recorded.
+        let repaired = e
+            .modify_device(
+                &kept.uuid,
+                &ModifyRequest {
+                    persistent: Some(true),
+                    autostart: Some(true),
+                },
+            )
+            .expect("modify");
+        assert!(repaired.autostart);
+        assert_eq!(
+            mdevctl::read(&host, "mtty", &kept.uuid)
+                .expect("read")
+                .map(|d| d.mdev_type),
+            Some(kept.type_id.clone())
+        );
+        e.start_device(&kept.uuid).expect("start");
     }
 }

@@ -136,12 +136,14 @@ pub fn close(host: &Host, uuid: &str) -> PersistResult<()> {
     super::remove_lazy(&path(host, uuid)).map(|_| ())
 }
 
-/// Every open intent, oldest first.
+/// What an intent is called in the log when one is bad.
+pub const WHAT: &str = "intent (its operation is not replayed)";
+
+/// Every open intent, oldest first. A bad one (garbage, or a file that is not an intent of
+/// the UUID its name says) is set aside as `<name>.json.bad` and reported once; an intent
+/// of a newer version is an error.
 pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
-    let mut out: Vec<Intent> = super::read_json_dir(&dir(host))?
-        .into_iter()
-        .map(|(_, intent)| intent)
-        .collect();
+    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |i: &Intent| i.uuid.as_str())?;
     out.sort_by_key(|i| (i.started, i.uuid.clone()));
     Ok(out)
 }

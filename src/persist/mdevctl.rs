@@ -3,13 +3,12 @@
 //! mode 0644 — byte for byte what mdevctl 1.2 and 1.4 write, so mdevctl and libvirt read
 //! vgpud's definitions and vgpud reads theirs.
 
-use std::fs;
-use std::io;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{remove_durable, write_atomic, PersistError, PersistResult};
+use super::{load, remove_durable, write_atomic, Loaded, PersistError, PersistResult, Refused};
 use crate::host::Host;
 use crate::model::normalize_uuid;
 
@@ -28,14 +27,19 @@ pub struct Definition {
     pub attrs: Vec<(String, String)>,
 }
 
-/// A definition file that could not be read.
-#[derive(Debug)]
-pub struct BadDefinition {
-    /// The file.
-    pub path: PathBuf,
-    /// Why it was skipped.
-    pub error: PersistError,
+/// Every definition on the host, and the devices whose definition was set aside.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Definitions {
+    /// The definitions that read and parse.
+    pub defined: Vec<Definition>,
+    /// UUIDs whose definition is bad: set aside as `<uuid>.bad` now or at an earlier look.
+    /// Such a device is not gone: its record is kept.
+    pub set_aside: BTreeSet<String>,
 }
+
+/// What a definition is called in the log when one is bad.
+pub const WHAT: &str = "mdevctl definition (one malformed definition makes `mdevctl list \
+                        --defined` fail for the whole host, and libvirt's device list with it)";
 
 /// `ROOT/etc/mdevctl.d`.
 pub fn base_dir(host: &Host) -> PathBuf {
@@ -114,40 +118,77 @@ impl Definition {
     }
 }
 
-/// Reads every definition. Files whose names are not UUIDs are skipped, as mdevctl does;
-/// files that do not parse are returned apart, so one bad file never hides the others.
-pub fn read_all(host: &Host) -> PersistResult<(Vec<Definition>, Vec<BadDefinition>)> {
+/// Reads every definition in `etc/mdevctl.d/<parent>/<uuid>`, parents and files as mdevctl
+/// 1.4 sees them: entries that are not directories (links included) are not parents, and
+/// names that are not UUIDs are not definitions. A bad definition (not a regular file, too
+/// large, not UTF-8, malformed: anything that makes `mdevctl list --defined` fail or that
+/// vgpud cannot read) is set aside as `<uuid>.bad`, which mdevctl skips, and reported once;
+/// the others are read.
+pub fn read_all(host: &Host) -> PersistResult<Definitions> {
     let base = base_dir(host);
-    let mut good = Vec::new();
-    let mut bad = Vec::new();
-    for parent in list(&base)? {
-        let dir = base.join(&parent);
-        if !dir.is_dir() {
+    let mut out = Definitions::default();
+    for (parent, kind) in super::list_dir(&base)? {
+        if !kind.is_dir() {
             continue;
         }
-        for name in list(&dir)? {
-            let Some(uuid) = normalize_uuid(&name) else {
+        let dir = base.join(&parent);
+        for (name, _) in super::list_dir(&dir)? {
+            if let Some(uuid) = set_aside_uuid(&name) {
+                out.set_aside.insert(uuid);
+                continue;
+            }
+            let Some(uuid) = definition_uuid(&name) else {
                 continue;
             };
-            let file = dir.join(&name);
-            let text = match fs::read_to_string(&file) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                other => other,
-            };
-            let parsed = text
-                .map_err(|source| PersistError::Io {
-                    action: "reading",
-                    path: file.clone(),
-                    source,
-                })
-                .and_then(|text| Definition::parse(&parent, &uuid, &text, &file));
-            match parsed {
-                Ok(d) => good.push(d),
-                Err(error) => bad.push(BadDefinition { path: file, error }),
+            match read_file(&dir.join(&name), &parent, &uuid)? {
+                Loaded::Good(def) if normalize_uuid(&name).is_some() => out.defined.push(def),
+                // A name mdevctl reads as a UUID in another spelling: checked for
+                // mdevctl's sake, not one of vgpud's definitions.
+                Loaded::Good(_) | Loaded::Absent => {}
+                Loaded::Bad => {
+                    out.set_aside.insert(uuid);
+                }
             }
         }
     }
-    Ok((good, bad))
+    Ok(out)
+}
+
+/// The definition of one device, if it has one that reads (a bad one is set aside).
+pub fn read(host: &Host, parent: &str, uuid: &str) -> PersistResult<Option<Definition>> {
+    Ok(match read_file(&path(host, parent, uuid), parent, uuid)? {
+        Loaded::Good(def) => Some(def),
+        Loaded::Absent | Loaded::Bad => None,
+    })
+}
+
+fn read_file(file: &Path, parent: &str, uuid: &str) -> PersistResult<Loaded<Definition>> {
+    load(file, WHAT, |text| {
+        Definition::parse(parent, uuid, text, file).map_err(|e| {
+            Refused::Bad(match e {
+                PersistError::Malformed { reason, .. } => reason,
+                other => other.to_string(),
+            })
+        })
+    })
+}
+
+/// The UUID a file name is a definition of, as mdevctl reads names (any spelling the uuid
+/// crate parses), lowercase and hyphenated.
+fn definition_uuid(name: &str) -> Option<String> {
+    uuid::Uuid::parse_str(name)
+        .ok()
+        .map(|u| u.hyphenated().to_string())
+}
+
+/// The UUID of a definition set aside: `<uuid>.bad` or `<uuid>.bad.<n>`.
+fn set_aside_uuid(name: &str) -> Option<String> {
+    let (stem, rest) = name.split_once(super::BAD_SUFFIX)?;
+    let numbered = rest.is_empty()
+        || rest
+            .strip_prefix('.')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    numbered.then(|| definition_uuid(stem)).flatten()
 }
 
 /// Writes a definition atomically and durably.
@@ -171,25 +212,6 @@ pub fn file(host: &Host, def: &Definition) -> super::FileWrite {
 /// Removes a definition; returns whether it existed.
 pub fn remove(host: &Host, parent: &str, uuid: &str) -> PersistResult<bool> {
     remove_durable(&path(host, parent, uuid))
-}
-
-fn list(dir: &Path) -> PersistResult<Vec<String>> {
-    match fs::read_dir(dir) {
-        Ok(entries) => {
-            let mut names: Vec<String> = entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            names.sort();
-            Ok(names)
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(source) => Err(PersistError::Io {
-            action: "listing",
-            path: dir.to_path_buf(),
-            source,
-        }),
-    }
 }
 
 #[cfg(test)]
@@ -244,20 +266,53 @@ mod tests {
     }
 
     #[test]
-    fn read_all_skips_non_uuid_names_and_reports_bad_files_apart() {
+    fn read_all_skips_non_uuid_names_and_sets_bad_files_aside() {
+        use std::fs;
         let dir = tempfile::tempdir().expect("tempdir");
         let host = Host::new(dir.path());
         write(&host, &def()).expect("write");
         let parent_dir = base_dir(&host).join("0000:41:00.0");
         fs::write(parent_dir.join("notes.txt"), "hello").expect("write");
-        fs::write(
-            parent_dir.join("a1b2c3d4-0000-4000-8000-000000000002"),
-            "{torn",
-        )
-        .expect("write");
-        let (good, bad) = read_all(&host).expect("read");
-        assert_eq!(good, vec![def()]);
-        assert_eq!(bad.len(), 1);
+        let torn = "a1b2c3d4-0000-4000-8000-000000000002";
+        fs::write(parent_dir.join(torn), "{torn").expect("write");
+        // mdevctl reads this spelling as a UUID too, so a bad one breaks its list as well.
+        let simple = "a1b2c3d4000040008000000000000003";
+        fs::write(parent_dir.join(simple), "").expect("write");
+        // Not a parent: mdevctl skips entries that are not directories.
+        fs::write(base_dir(&host).join("stray"), "x").expect("write");
+        let defs = read_all(&host).expect("read");
+        assert_eq!(defs.defined, vec![def()]);
+        assert_eq!(
+            defs.set_aside
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            vec![torn, "a1b2c3d4-0000-4000-8000-000000000003"]
+        );
+        assert!(parent_dir.join(format!("{torn}.bad")).exists());
+        assert!(!parent_dir.join(torn).exists());
+        assert!(parent_dir.join("notes.txt").exists());
+        // Set aside stays known at the next read; the file is not moved again.
+        let again = read_all(&host).expect("read");
+        assert_eq!(again, defs);
+        assert!(!parent_dir.join(format!("{torn}.bad.bad")).exists());
+        assert_eq!(
+            read(&host, "0000:41:00.0", &def().uuid).expect("read"),
+            Some(def())
+        );
+        assert_eq!(read(&host, "0000:41:00.0", torn).expect("read"), None);
         assert!(remove(&host, "0000:41:00.0", &def().uuid).expect("remove"));
+    }
+
+    #[test]
+    fn names_set_aside_are_recognized() {
+        let u = "a1b2c3d4-0000-4000-8000-000000000002";
+        assert_eq!(set_aside_uuid(&format!("{u}.bad")).as_deref(), Some(u));
+        assert_eq!(set_aside_uuid(&format!("{u}.bad.7")).as_deref(), Some(u));
+        assert_eq!(set_aside_uuid(&format!("{u}.bad.x")), None);
+        assert_eq!(set_aside_uuid(&format!("{u}.bad.")), None);
+        assert_eq!(set_aside_uuid("notes.bad"), None);
+        assert_eq!(set_aside_uuid(u), None);
+        assert_eq!(definition_uuid(&format!("{u}.bad")), None);
     }
 }

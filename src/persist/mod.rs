@@ -9,6 +9,11 @@
 //!
 //! Every write goes to a temporary name that is not a UUID, is fsynced, renamed over the
 //! target, and the directory is fsynced; removals fsync the directory too.
+//!
+//! Every read goes through one defensive reader, [`read_state_file`]: no links followed, no
+//! blocking (a FIFO never hangs vgpud), regular files of at most [`MAX_STATE_FILE_BYTES`],
+//! UTF-8 only. A file that fails it, or does not parse, is moved aside to `<name>.bad` by
+//! [`set_aside`] and reported once, and the rest is served: one bad file never stops vgpud.
 
 pub mod intent;
 pub mod mdevctl;
@@ -73,6 +78,9 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(io_err("creating directory", dir)(e)),
     }
+    // 0755 whatever the umask (the unit sets UMask=0077), as mdevctl's own directories are.
+    fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(io_err("setting the mode of", dir))?;
     match dir.parent() {
         Some(parent) => sync_dir(parent),
         None => Ok(()),
@@ -139,6 +147,9 @@ pub fn write_all_atomic(files: &[FileWrite]) -> PersistResult<()> {
             .open(&tmp)
             .map_err(io_err("creating", &tmp))
             .and_then(|mut f| {
+                // The mode exactly, whatever the umask (the unit sets UMask=0077).
+                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
+                    .map_err(io_err("setting the mode of", &tmp))?;
                 f.write_all(&file.content)
                     .map_err(io_err("writing", &tmp))
                     .map(|()| f)
@@ -234,54 +245,368 @@ pub fn sweep_temporaries(dir: &Path) -> PersistResult<usize> {
     Ok(removed)
 }
 
-/// Reads every `*.json` file of `dir` as a `T`; a missing directory holds none. A file
-/// that does not parse is an error naming it.
-/// Every file of `dir` read by [`read_json_dir`], refusing one whose format `version` is
-/// newer than `supported`, so vgpud never silently drops what a newer vgpud wrote.
-pub(crate) fn read_versioned_dir<T: serde::de::DeserializeOwned>(
-    dir: &Path,
-    supported: u32,
-    version: impl Fn(&T) -> u32,
-) -> PersistResult<Vec<T>> {
-    let mut out = Vec::new();
-    for (file, record) in read_json_dir::<T>(dir)? {
-        let v = version(&record);
-        if v > supported {
-            return Err(PersistError::Malformed {
-                path: file,
-                reason: format!("format version {v} is newer than this vgpud's {supported}"),
-            });
-        }
-        out.push(record);
-    }
-    Ok(out)
+/// The largest state file vgpud reads (definitions, records, intents, settings, the
+/// configuration): 1 MiB, a thousand times what vgpud writes. Anything larger is refused
+/// before it is read.
+pub const MAX_STATE_FILE_BYTES: u64 = 1 << 20;
+
+/// Whether a reader follows a symbolic link at the path it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Refuse it (`O_NOFOLLOW`): state files, which vgpud and mdevctl only ever write as
+    /// regular files.
+    Refuse,
+    /// Follow it: the operator's files (configuration, templates), which configuration
+    /// management tools often install as links. What the link leads to must still be a
+    /// regular file of bounded size.
+    Follow,
 }
 
-pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
-    dir: &Path,
-) -> PersistResult<Vec<(PathBuf, T)>> {
+/// Identifies the inode a reader judged, so that a file that was replaced since (a fresh
+/// atomic write renamed over it) is never the one set aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(meta: &fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// A file vgpud will not read, and why: not a regular file, a link, too large, unreadable,
+/// not UTF-8, or (found by the caller) not parseable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct BadFile {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+    id: Option<FileId>,
+}
+
+impl BadFile {
+    /// A file whose content the caller could not use.
+    pub fn new(path: &Path, reason: impl Into<String>) -> Self {
+        BadFile {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+            id: None,
+        }
+    }
+}
+
+const LINK: &str = "a symbolic link (state files are never links)";
+
+/// What a file is, in words, for a file that is not a regular one.
+fn kind_of(file_type: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_symlink() {
+        LINK
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads a state file defensively: without following a link at `path`, without blocking
+/// (`O_NONBLOCK`, so a FIFO never hangs the reader), only if it is a regular file (checked
+/// before it is opened and again on the open file) of at most `limit` bytes, and only if it
+/// is UTF-8. `Ok(None)`: there is no such file. This is the one reader of every file vgpud
+/// keeps; [`read_file`] is the same for the operator's files.
+pub fn read_state_file(path: &Path, limit: u64) -> Result<Option<String>, BadFile> {
+    read_file(path, limit, Links::Refuse)
+}
+
+/// [`read_state_file`] with a choice about links.
+pub fn read_file(path: &Path, limit: u64, links: Links) -> Result<Option<String>, BadFile> {
+    read_judged(path, limit, links).map(|r| r.map(|(text, _)| text))
+}
+
+fn read_judged(path: &Path, limit: u64, links: Links) -> Result<Option<(String, FileId)>, BadFile> {
+    use nix::fcntl::OFlag;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bad = |reason: String, id: Option<FileId>| BadFile {
+        path: path.to_path_buf(),
+        reason,
+        id,
+    };
+    let judge = |meta: &fs::Metadata| -> Result<FileId, BadFile> {
+        let id = FileId::of(meta);
+        if !meta.file_type().is_file() {
+            return Err(bad(kind_of(meta.file_type()).to_string(), Some(id)));
+        }
+        if meta.len() > limit {
+            return Err(bad(
+                format!("{} bytes, more than the limit of {limit}", meta.len()),
+                Some(id),
+            ));
+        }
+        Ok(id)
+    };
+    // A look first, without opening: a device node or a FIFO is never opened at all.
+    let first = match links {
+        Links::Refuse => fs::symlink_metadata(path),
+        Links::Follow => fs::metadata(path),
+    };
+    match first {
+        Ok(meta) => {
+            judge(&meta)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return match fs::symlink_metadata(path) {
+                Ok(_) => Err(bad("a symbolic link to nothing".into(), None)),
+                Err(_) => Ok(None),
+            };
+        }
+        Err(e) => return Err(bad(format!("cannot be examined: {e}"), None)),
+    }
+    let mut flags = OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+    if links == Links::Refuse {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+    {
+        Ok(f) => f,
+        // Removed between the look and the open: it is simply gone.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            return Err(bad(LINK.into(), None))
+        }
+        Err(e) => return Err(bad(format!("cannot be opened: {e}"), None)),
+    };
+    // Again on what was opened: the path may have been replaced since the look.
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("cannot be examined: {e}"), None))?;
+    let id = judge(&meta)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(format!("cannot be read: {e}"), Some(id)))?;
+    if bytes.len() as u64 > limit {
+        return Err(bad(
+            format!("more than the limit of {limit} bytes"),
+            Some(id),
+        ));
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(Some((text, id))),
+        Err(e) => Err(bad(
+            format!(
+                "not UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            Some(id),
+        )),
+    }
+}
+
+/// Paths already reported as bad that could not be moved aside: reported once, not at every
+/// look. The lock also serializes the choice of a free `.bad` name.
+static REPORTED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The suffix a bad file is renamed with.
+pub const BAD_SUFFIX: &str = ".bad";
+
+/// Moves a bad file aside, to `<name>.bad` (`<name>.bad.2`, … when that is taken), and logs
+/// one warning naming it, the reason and `what` it was. The entry itself is renamed, never
+/// what a link points to; a directory or a FIFO is moved like a file. A path whose inode
+/// changed since it was judged is left alone (a fresh write replaced it). Returns the new
+/// name, or `None` when nothing was moved.
+pub fn set_aside(bad: &BadFile, what: &str) -> Option<PathBuf> {
+    let mut reported = REPORTED.lock().unwrap_or_else(|e| e.into_inner());
+    let path = bad.path.as_path();
+    let now = match fs::symlink_metadata(path) {
+        Ok(meta) => FileId::of(&meta),
+        Err(_) => return None,
+    };
+    if bad.id.is_some_and(|id| id != now) {
+        return None;
+    }
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let target = (1..=100)
+        .map(|n| {
+            let suffix = if n == 1 {
+                BAD_SUFFIX.to_string()
+            } else {
+                format!("{BAD_SUFFIX}.{n}")
+            };
+            path.with_file_name(format!("{name}{suffix}"))
+        })
+        .find(|t| fs::symlink_metadata(t).is_err());
+    let moved = match &target {
+        Some(t) => fs::rename(path, t).map_err(|e| e.to_string()),
+        None => Err("every name up to .bad.100 is taken".into()),
+    };
+    match moved {
+        Ok(()) => {
+            reported.retain(|p| p != path);
+            if let Some(dir) = path.parent() {
+                let _ = sync_dir(dir);
+            }
+            let target = target.unwrap_or_default();
+            tracing::warn!(
+                path = %path.display(),
+                reason = %bad.reason,
+                moved_to = %target.display(),
+                "set aside a bad {what}: {}: {}; the rest is served",
+                path.display(),
+                bad.reason
+            );
+            Some(target)
+        }
+        Err(e) => {
+            if !reported.iter().any(|p| p == path) {
+                reported.push(path.to_path_buf());
+                tracing::warn!(
+                    path = %path.display(),
+                    reason = %bad.reason,
+                    error = %e,
+                    "skipping a bad {what} that could not be moved aside: {}: {}",
+                    path.display(),
+                    bad.reason
+                );
+            }
+            None
+        }
+    }
+}
+
+/// Why a loader refuses a file's content.
+pub(crate) enum Refused {
+    /// The file is bad: it is set aside and the rest is served.
+    Bad(String),
+    /// vgpud must not go on (a record of a newer format, which it must never drop).
+    Stop(PersistError),
+}
+
+/// What [`load`] found.
+pub(crate) enum Loaded<T> {
+    /// No such file.
+    Absent,
+    /// The file, parsed.
+    Good(T),
+    /// A bad file, now set aside and reported.
+    Bad,
+}
+
+/// Reads a state file with [`read_state_file`] and parses it; a bad file is set aside
+/// ([`set_aside`]) as a bad `what`.
+pub(crate) fn load<T>(
+    path: &Path,
+    what: &str,
+    parse: impl FnOnce(&str) -> Result<T, Refused>,
+) -> PersistResult<Loaded<T>> {
+    let (text, id) = match read_judged(path, MAX_STATE_FILE_BYTES, Links::Refuse) {
+        Ok(None) => return Ok(Loaded::Absent),
+        Ok(Some(read)) => read,
+        Err(bad) => {
+            set_aside(&bad, what);
+            return Ok(Loaded::Bad);
+        }
+    };
+    match parse(&text) {
+        Ok(value) => Ok(Loaded::Good(value)),
+        Err(Refused::Stop(e)) => Err(e),
+        Err(Refused::Bad(reason)) => {
+            let bad = BadFile {
+                path: path.to_path_buf(),
+                reason,
+                id: Some(id),
+            };
+            set_aside(&bad, what);
+            Ok(Loaded::Bad)
+        }
+    }
+}
+
+/// The entries of `dir` by name, sorted; a missing directory has none.
+pub(crate) fn list_dir(dir: &Path) -> PersistResult<Vec<(String, fs::FileType)>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_err("listing", dir)(e)),
     };
+    let mut out: Vec<(String, fs::FileType)> = entries
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                e.file_type().ok()?,
+            ))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Reads every `<key>.json` file of `dir` as a `T` (a missing directory holds none): each
+/// must be JSON of format `version` at most `supported`, a `T`, and name itself (`key_of`)
+/// as its file name does. A bad file is set aside as a bad `what` and the others are read;
+/// a file of a newer format is an error, so vgpud never drops what a newer vgpud wrote.
+/// Other names (temporary files, files set aside) are not vgpud's to read.
+pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    what: &str,
+    supported: u32,
+    key_of: impl Fn(&T) -> &str,
+) -> PersistResult<Vec<T>> {
     let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let file = entry.path();
-        if file.extension().and_then(|e| e.to_str()) != Some("json") {
+    for (name, _) in list_dir(dir)? {
+        let Some(key) = name.strip_suffix(".json") else {
+            continue;
+        };
+        if key.is_empty() || name.starts_with('.') {
             continue;
         }
-        let text = match fs::read_to_string(&file) {
-            Ok(t) => t,
-            // Removed between the listing and the read: it is simply gone.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_err("reading", &file)(e)),
-        };
-        let value = serde_json::from_str(&text).map_err(|e| PersistError::Malformed {
-            path: file.clone(),
-            reason: e.to_string(),
+        let file = dir.join(&name);
+        let parsed = load(&file, what, |text| {
+            if text.trim().is_empty() {
+                return Err(Refused::Bad("empty".into()));
+            }
+            let value: serde_json::Value =
+                serde_json::from_str(text).map_err(|e| Refused::Bad(format!("not JSON: {e}")))?;
+            let version = value.get("version").and_then(serde_json::Value::as_u64);
+            if let Some(v) = version.filter(|v| *v > u64::from(supported)) {
+                return Err(Refused::Stop(PersistError::Malformed {
+                    path: file.clone(),
+                    reason: format!("format version {v} is newer than this vgpud's {supported}"),
+                }));
+            }
+            let record: T = serde_json::from_value(value)
+                .map_err(|e| Refused::Bad(format!("not a {what}: {e}")))?;
+            let named = key_of(&record);
+            if named != key {
+                return Err(Refused::Bad(format!(
+                    "it names {named:?}, its file name {key:?}"
+                )));
+            }
+            Ok(record)
         })?;
-        out.push((file, value));
+        if let Loaded::Good(record) = parsed {
+            out.push(record);
+        }
     }
     Ok(out)
 }
@@ -325,5 +650,135 @@ mod tests {
         fs::write(dir.path().join("keep"), "k").expect("write");
         assert_eq!(sweep_temporaries(dir.path()).expect("sweep"), 1);
         assert!(dir.path().join("keep").exists());
+    }
+
+    fn reason(r: Result<Option<String>, BadFile>) -> String {
+        r.expect_err("refused").reason
+    }
+
+    #[test]
+    fn the_state_reader_reads_only_regular_files_of_bounded_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let good = d.join("good");
+        fs::write(&good, "text").expect("write");
+        assert_eq!(
+            read_state_file(&good, 100).expect("good").as_deref(),
+            Some("text")
+        );
+        assert_eq!(
+            read_state_file(&d.join("absent"), 100).expect("absent"),
+            None
+        );
+        std::os::unix::fs::symlink(&good, d.join("link")).expect("link");
+        assert!(reason(read_state_file(&d.join("link"), 100)).contains("symbolic link"));
+        assert_eq!(
+            read_file(&d.join("link"), 100, Links::Follow)
+                .expect("followed")
+                .as_deref(),
+            Some("text")
+        );
+        std::os::unix::fs::symlink(d.join("nothing"), d.join("dangling")).expect("link");
+        assert!(reason(read_state_file(&d.join("dangling"), 100)).contains("symbolic link"));
+        assert!(reason(read_file(&d.join("dangling"), 100, Links::Follow)).contains("nothing"));
+        fs::create_dir(d.join("dir")).expect("dir");
+        assert_eq!(reason(read_state_file(&d.join("dir"), 100)), "a directory");
+        // A FIFO with no writer would block an ordinary open forever.
+        nix::unistd::mkfifo(
+            &d.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("mkfifo");
+        assert_eq!(reason(read_state_file(&d.join("fifo"), 100)), "a FIFO");
+        std::os::unix::fs::symlink(d.join("fifo"), d.join("to-fifo")).expect("link");
+        assert_eq!(
+            reason(read_file(&d.join("to-fifo"), 100, Links::Follow)),
+            "a FIFO"
+        );
+        fs::write(d.join("big"), vec![b'x'; 101]).expect("write");
+        assert!(reason(read_state_file(&d.join("big"), 100)).contains("more than the limit"));
+        fs::write(d.join("latin1"), b"caf\xe9").expect("write");
+        assert!(reason(read_state_file(&d.join("latin1"), 100)).contains("not UTF-8"));
+    }
+
+    #[test]
+    fn bad_files_are_set_aside_without_following_links() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let target = d.join("target");
+        fs::write(&target, "not mine").expect("write");
+        let link = d.join("x.json");
+        std::os::unix::fs::symlink(&target, &link).expect("link");
+        let bad = read_state_file(&link, 100).expect_err("a link");
+        assert_eq!(set_aside(&bad, "test file"), Some(d.join("x.json.bad")));
+        assert!(fs::symlink_metadata(d.join("x.json.bad"))
+            .expect("moved")
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read_to_string(&target).expect("target"), "not mine");
+        // The next bad file of that name does not replace the first.
+        fs::create_dir(&link).expect("dir");
+        let bad = read_state_file(&link, 100).expect_err("a directory");
+        assert_eq!(set_aside(&bad, "test file"), Some(d.join("x.json.bad.2")));
+        assert!(d.join("x.json.bad.2").is_dir());
+        // A file replaced since it was judged (a fresh write) is left alone.
+        fs::write(&link, "{torn").expect("write");
+        let judged = read_judged(&link, 100, Links::Refuse).expect("read");
+        assert!(judged.is_some());
+        let stale = BadFile {
+            path: link.clone(),
+            reason: "malformed".into(),
+            id: judged.map(|(_, id)| id),
+        };
+        fs::write(d.join("fresh"), "{}").expect("write");
+        fs::rename(d.join("fresh"), &link).expect("replace");
+        assert_eq!(set_aside(&stale, "test file"), None);
+        assert_eq!(fs::read_to_string(&link).expect("kept"), "{}");
+        // Nothing to move: nothing happens.
+        assert_eq!(
+            set_aside(&BadFile::new(&d.join("gone"), "x"), "test file"),
+            None
+        );
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Rec {
+        version: u32,
+        key: String,
+    }
+
+    #[test]
+    fn json_dirs_serve_the_good_files_and_set_the_bad_ones_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let write = |name: &str, text: &str| fs::write(d.join(name), text).expect("write");
+        write("a.json", r#"{"version":1,"key":"a"}"#);
+        write("empty.json", "");
+        write("torn.json", r#"{"version":1,"ke"#);
+        write("other.json", r#"{"version":1,"key":"a"}"#);
+        write("shape.json", r#"{"hello":1}"#);
+        write("notes.txt", "not json, not ours");
+        write(".b.json.vgpud-tmp-1-2", "temporary");
+        fs::write(d.join("latin1.json"), b"\xff").expect("write");
+        let read = |d: &Path| read_json_dir(d, "test record", 1, |r: &Rec| r.key.as_str());
+        let good = read(d).expect("read");
+        assert_eq!(
+            good,
+            vec![Rec {
+                version: 1,
+                key: "a".into()
+            }]
+        );
+        for name in ["empty", "torn", "other", "shape", "latin1"] {
+            assert!(d.join(format!("{name}.json.bad")).exists(), "{name}");
+            assert!(!d.join(format!("{name}.json")).exists(), "{name}");
+        }
+        assert!(d.join("notes.txt").exists());
+        assert!(d.join(".b.json.vgpud-tmp-1-2").exists());
+        assert_eq!(read(d).expect("again").len(), 1);
+        // A newer format is never dropped: it stops the reader, and stays where it is.
+        write("new.json", r#"{"version":2,"key":"new","extra":true}"#);
+        assert!(read(d).expect_err("newer").to_string().contains("newer"));
+        assert!(d.join("new.json").exists());
     }
 }

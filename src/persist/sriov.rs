@@ -68,9 +68,13 @@ pub fn write(host: &Host, settings: &GpuSettings) -> PersistResult<()> {
     write_atomic(&path(host, &settings.pf), text.as_bytes(), 0o600)
 }
 
-/// Every recorded setting, by address; a newer format version is an error.
+/// What a settings file is called in the log when one is bad.
+pub const WHAT: &str = "SR-IOV settings file (its VF count is not restored)";
+
+/// Every recorded setting, by address. A bad file is set aside as `<gpu>.json.bad` and
+/// reported once; a newer format version is an error.
 pub fn read_all(host: &Host) -> PersistResult<Vec<GpuSettings>> {
-    let mut out = super::read_versioned_dir(&dir(host), VERSION, |r: &GpuSettings| r.version)?;
+    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |r: &GpuSettings| r.pf.as_str())?;
     out.sort_by(|a, b| a.pf.cmp(&b.pf));
     Ok(out)
 }

@@ -107,10 +107,17 @@ pub fn remove(host: &Host, uuid: &str) -> PersistResult<bool> {
     remove_durable(&path(host, uuid))
 }
 
-/// Reads every record; a record of a newer version or a malformed one is an error, so vgpud
-/// never silently drops what a newer vgpud wrote.
+/// What a record is called in the log when one is bad.
+pub const WHAT: &str = "device record";
+
+/// Reads every record. A bad one (not a regular file, too large, not UTF-8, malformed, or
+/// naming another UUID than its file name) is set aside as `<uuid>.json.bad` and reported
+/// once; a record of a newer version is an error, so vgpud never drops what a newer vgpud
+/// wrote.
 pub fn read_all(host: &Host) -> PersistResult<Vec<DeviceRecord>> {
-    let mut out = super::read_versioned_dir(&dir(host), VERSION, |r: &DeviceRecord| r.version)?;
+    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |r: &DeviceRecord| {
+        r.uuid.as_str()
+    })?;
     out.sort_by(|a, b| a.uuid.cmp(&b.uuid));
     Ok(out)
 }
