@@ -15,14 +15,10 @@ pub const PATH: &str = "etc/vgpud/vgpud.toml";
 /// An error reading the configuration file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file exists but cannot be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
+    /// The file exists but cannot be read: not a regular file (a FIFO never hangs vgpud),
+    /// larger than [`crate::persist::MAX_STATE_FILE_BYTES`], unreadable or not UTF-8.
+    #[error("cannot read {}: {}", .0.path.display(), .0.reason)]
+    Read(crate::persist::BadFile),
     /// The file is not valid TOML or holds unknown keys or bad values.
     #[error("{path}: {message}")]
     Invalid {
@@ -94,13 +90,16 @@ impl FileConfig {
         })
     }
 
-    /// Reads `ROOT/etc/vgpud/vgpud.toml`; an absent file is an empty configuration.
+    /// Reads `ROOT/etc/vgpud/vgpud.toml` with vgpud's one defensive reader (a link is
+    /// followed: configuration management installs links); an absent file is an empty
+    /// configuration. The operator's file is never moved aside: a bad one is an error.
     pub fn load(root: &Path) -> Result<FileConfig, ConfigError> {
+        use crate::persist::{read_file, Links, MAX_STATE_FILE_BYTES};
         let path = root.join(PATH);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => FileConfig::parse(&text, &path),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileConfig::default()),
-            Err(source) => Err(ConfigError::Read { path, source }),
+        match read_file(&path, MAX_STATE_FILE_BYTES, Links::Follow) {
+            Ok(Some(text)) => FileConfig::parse(&text, &path),
+            Ok(None) => Ok(FileConfig::default()),
+            Err(bad) => Err(ConfigError::Read(bad)),
         }
     }
 }
@@ -131,6 +130,28 @@ mod tests {
         assert_eq!(c.placement.policy, Some(Policy::Spread));
         assert_eq!(c.placement.numa_node, Some(1));
         assert_eq!(c.libvirt.uri.as_deref(), Some("test:///default"));
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(PATH);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644))
+            .expect("mkfifo");
+        let err = FileConfig::load(dir.path()).expect_err("fifo").to_string();
+        assert!(err.contains("vgpud.toml: a FIFO"), "{err}");
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::create_dir(&path).expect("dir");
+        let err = FileConfig::load(dir.path()).expect_err("dir").to_string();
+        assert!(err.contains("a directory"), "{err}");
+        std::fs::remove_dir(&path).expect("rm");
+        // A link (configuration management) is followed.
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, "[placement]\npolicy = \"spread\"\n").expect("write");
+        std::os::unix::fs::symlink(&real, &path).expect("link");
+        let c = FileConfig::load(dir.path()).expect("through a link");
+        assert_eq!(c.placement.policy, Some(Policy::Spread));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Domain templates by name: the built-in ones and the operator's files.
 
 use std::fs;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use super::{builtin, Template, XmlError};
@@ -140,32 +140,12 @@ fn check_template_name(name: &str) -> Result<(), XmlError> {
     }
 }
 
-/// The text of a user template file, `None` when there is no such file.
+/// The text of a user template file, `None` when there is no such file. Read with vgpud's
+/// one defensive reader: a link is followed (an operator's file), a FIFO never blocks, and
+/// only a regular file of at most [`MAX_TEMPLATE_BYTES`] in UTF-8 is read.
 fn read_user_file(path: &Path) -> Result<Option<String>, XmlError> {
-    let file = match fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(file_error(path, &e.to_string())),
-    };
-    let meta = file
-        .metadata()
-        .map_err(|e| file_error(path, &e.to_string()))?;
-    if !meta.is_file() {
-        return Err(file_error(path, "not a regular file"));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_TEMPLATE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| file_error(path, &e.to_string()))?;
-    if bytes.len() as u64 > MAX_TEMPLATE_BYTES {
-        return Err(file_error(
-            path,
-            &format!("larger than {MAX_TEMPLATE_BYTES} bytes"),
-        ));
-    }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|e| file_error(path, &format!("not UTF-8: {e}")))
+    crate::persist::read_file(path, MAX_TEMPLATE_BYTES, crate::persist::Links::Follow)
+        .map_err(|bad| file_error(path, &bad.reason))
 }
 
 /// Checks that `template` uses only the domain variables and fragment lists.
@@ -226,5 +206,25 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_fifo_or_a_huge_file_as_a_template_is_an_error_naming_it_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TemplateStore::new(Some(dir.path().to_path_buf()));
+        nix::unistd::mkfifo(
+            &dir.path().join("pipe.xml"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let err = store.get("pipe").unwrap_err().to_string();
+        assert!(err.contains("pipe.xml") && err.contains("a FIFO"), "{err}");
+        std::fs::write(
+            dir.path().join("huge.xml"),
+            vec![b' '; MAX_TEMPLATE_BYTES as usize + 1],
+        )
+        .unwrap();
+        let err = store.get("huge").unwrap_err().to_string();
+        assert!(err.contains("huge.xml") && err.contains("limit"), "{err}");
     }
 }
