@@ -140,13 +140,17 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(daemon::run(config)) {
+            let code = match runtime.block_on(daemon::run(config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
                     ExitCode::FAILURE
                 }
-            }
+            };
+            // A blocking task stuck in the kernel (a sysfs read of a wedged driver) must not
+            // keep a stopped vgpud alive: wait for the others a little, then exit.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            code
         }
     }
 }

@@ -3,6 +3,7 @@
 //! are ready, and serve (watching the host) until SIGTERM or SIGINT.
 
 mod watch;
+pub mod watchdog;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -172,9 +173,20 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     );
     notify(&[sd_notify::NotifyState::Ready]);
     let watcher = tokio::spawn(watch::run(engine.clone(), config.poll_interval));
+    // systemd arms the watchdog once start-up is complete (READY=1).
+    let pinger = watchdog::ping_interval(sd_notify::watchdog_enabled()).map(|interval| {
+        tracing::info!(
+            interval_ms = interval.as_secs_f64() * 1000.0,
+            "systemd watchdog enabled"
+        );
+        tokio::spawn(watchdog::run(engine.clone(), interval))
+    });
 
     termination.wait().await;
     watcher.abort();
+    if let Some(pinger) = pinger {
+        pinger.abort();
+    }
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping");
     Ok(())

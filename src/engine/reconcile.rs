@@ -734,6 +734,15 @@ impl Engine {
         self.poll()
     }
 
+    /// The watchdog's probe ([`crate::daemon::watchdog`]): takes the lock of the look at
+    /// the host and the registry's, in the order a look takes them, and returns how many
+    /// devices are known. It returns only when a look can run, so a look that hangs or a
+    /// deadlocked registry stops the pings.
+    pub fn check_alive(&self) -> usize {
+        let _look = lock(&self.refreshing);
+        lock(&self.registry).devices.len()
+    }
+
     /// Whether the set of possible parents differs from the inventory (cheap: two directory
     /// listings).
     fn parents_changed(&self) -> bool {
