@@ -16,7 +16,9 @@
 //! - [`dbus`]: the thin `org.vgpud1` adapter over the engine;
 //! - [`daemon`]: start-up, bus name, readiness and shutdown;
 //! - [`hook`]: `vgpud libvirt-hook`, the client side run by libvirt's qemu hook.
+//! - [`audit`]: the audit log, fed by the engine's event stream.
 
+pub mod audit;
 pub mod catalog;
 pub mod config;
 pub mod daemon;

@@ -69,9 +69,25 @@ enum Command {
     },
 }
 
+/// Logs to the journal when systemd started vgpud with its output there (JOURNAL_STREAM),
+/// as structured entries (the audit log's fields can be queried); to stderr otherwise.
 fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("VGPUD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        match tracing_journald::layer() {
+            Ok(journald) => {
+                tracing_subscriber::registry()
+                    .with(filter)
+                    .with(journald.with_field_prefix(None))
+                    .init();
+                return;
+            }
+            Err(e) => eprintln!("vgpud: cannot log to the journal ({e}); logging to stderr"),
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -181,12 +181,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         );
         tokio::spawn(watchdog::run(engine.clone(), interval))
     });
+    let audit = crate::audit::spawn(&engine);
 
     termination.wait().await;
     watcher.abort();
     if let Some(pinger) = pinger {
         pinger.abort();
     }
+    audit.abort();
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping");
     Ok(())

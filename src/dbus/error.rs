@@ -2,12 +2,11 @@
 
 use crate::engine::EngineError;
 
-/// Errors of `org.vgpud1`, named `org.vgpud1.Error.<Variant>`; the message says what and why.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "org.vgpud1.Error")]
+/// Errors of `org.vgpud1`, named `org.vgpud1.Error.<Variant>` (the standard
+/// `org.freedesktop.DBus.Error.*` names for access refusals); the message says what and why.
+#[derive(Debug)]
 pub enum Error {
     /// A bus-level error.
-    #[zbus(error)]
     ZBus(zbus::Error),
     /// The device, type or GPU does not exist.
     NotFound(String),
@@ -30,11 +29,126 @@ pub enum Error {
     Libvirt(String),
     /// libvirt cannot be reached (libvirtd not running, wrong URI).
     LibvirtUnavailable(String),
+    /// `org.freedesktop.DBus.Error.AccessDenied`: the caller may not do this.
+    AccessDenied(String),
+    /// `org.freedesktop.DBus.Error.InteractiveAuthorizationRequired`: the caller could be
+    /// allowed after authenticating, and did not allow interaction.
+    InteractiveAuthorizationRequired(String),
+}
+
+impl Error {
+    /// The D-Bus error name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Error::ZBus(_) => "org.freedesktop.zbus.Error",
+            Error::NotFound(_) => "org.vgpud1.Error.NotFound",
+            Error::NoCapacity(_) => "org.vgpud1.Error.NoCapacity",
+            Error::InvalidArgument(_) => "org.vgpud1.Error.InvalidArgument",
+            Error::Exists(_) => "org.vgpud1.Error.Exists",
+            Error::Busy(_) => "org.vgpud1.Error.Busy",
+            Error::Failed(_) => "org.vgpud1.Error.Failed",
+            Error::NotSupported(_) => "org.vgpud1.Error.NotSupported",
+            Error::Unsafe(_) => "org.vgpud1.Error.Unsafe",
+            Error::Libvirt(_) => "org.vgpud1.Error.Libvirt",
+            Error::LibvirtUnavailable(_) => "org.vgpud1.Error.LibvirtUnavailable",
+            Error::AccessDenied(_) => "org.freedesktop.DBus.Error.AccessDenied",
+            Error::InteractiveAuthorizationRequired(_) => {
+                "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
+            }
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> String {
+        match self {
+            Error::ZBus(e) => e.to_string(),
+            Error::NotFound(m)
+            | Error::NoCapacity(m)
+            | Error::InvalidArgument(m)
+            | Error::Exists(m)
+            | Error::Busy(m)
+            | Error::Failed(m)
+            | Error::NotSupported(m)
+            | Error::Unsafe(m)
+            | Error::Libvirt(m)
+            | Error::LibvirtUnavailable(m)
+            | Error::AccessDenied(m)
+            | Error::InteractiveAuthorizationRequired(m) => m.clone(),
+        }
+    }
+
+    /// A refusal of access, with its message cut to [`MAX_MESSAGE`].
+    pub fn access_denied(msg: String) -> Self {
+        Error::AccessDenied(capped(msg))
+    }
+
+    /// A refusal that authenticating could lift, with its message cut to [`MAX_MESSAGE`].
+    pub fn interactive_authorization_required(msg: String) -> Self {
+        Error::InteractiveAuthorizationRequired(capped(msg))
+    }
+}
+
+impl zbus::DBusError for Error {
+    fn name(&self) -> zbus::names::ErrorName<'_> {
+        zbus::names::ErrorName::from_static_str_unchecked(Error::name(self))
+    }
+
+    fn description(&self) -> Option<&str> {
+        match self {
+            Error::ZBus(_) => None,
+            Error::NotFound(m)
+            | Error::NoCapacity(m)
+            | Error::InvalidArgument(m)
+            | Error::Exists(m)
+            | Error::Busy(m)
+            | Error::Failed(m)
+            | Error::NotSupported(m)
+            | Error::Unsafe(m)
+            | Error::Libvirt(m)
+            | Error::LibvirtUnavailable(m)
+            | Error::AccessDenied(m)
+            | Error::InteractiveAuthorizationRequired(m) => Some(m),
+        }
+    }
+
+    fn create_reply(&self, call: &zbus::message::Header<'_>) -> zbus::Result<zbus::Message> {
+        zbus::Message::error(call, Error::name(self)).build(&(self.message(),))
+    }
+}
+
+impl From<zbus::Error> for Error {
+    fn from(e: zbus::Error) -> Self {
+        Error::ZBus(e)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.name(), self.message())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The longest error message sent: errors quote their inputs, and an input may be long.
+pub const MAX_MESSAGE: usize = 2048;
+
+/// A message cut to [`MAX_MESSAGE`] bytes (at a character boundary).
+fn capped(mut msg: String) -> String {
+    if msg.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !msg.is_char_boundary(end) {
+            end -= 1;
+        }
+        msg.truncate(end);
+        msg.push_str("...");
+    }
+    msg
 }
 
 impl From<EngineError> for Error {
     fn from(e: EngineError) -> Self {
-        let msg = e.to_string();
+        let msg = capped(e.to_string());
         match e {
             EngineError::NotFound(_) => Error::NotFound(msg),
             EngineError::NoCapacity { .. } => Error::NoCapacity(msg),
@@ -53,7 +167,7 @@ impl From<EngineError> for Error {
 impl From<crate::libvirt::AttachError> for Error {
     fn from(e: crate::libvirt::AttachError) -> Self {
         use crate::libvirt::{AttachError, LibvirtError};
-        let msg = e.to_string();
+        let msg = capped(e.to_string());
         match e {
             AttachError::Engine(inner) => inner.into(),
             AttachError::Libvirt(LibvirtError::NoDomain { .. }) => Error::NotFound(msg),
@@ -69,3 +183,18 @@ impl From<crate::libvirt::AttachError> for Error {
 
 /// Result of `org.vgpud1` methods.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut() {
+        let e: Error = EngineError::InvalidArgument("é".repeat(10_000)).into();
+        let Error::InvalidArgument(msg) = e else {
+            panic!("kind")
+        };
+        assert!(msg.len() <= MAX_MESSAGE + 3, "{}", msg.len());
+        assert!(msg.ends_with("..."));
+    }
+}

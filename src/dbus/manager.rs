@@ -5,14 +5,19 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
+use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{interface, ObjectPath, OwnedObjectPath, OwnedVariant, Variant};
+
+use super::access::{self, Access};
+use super::limits;
 
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
 use super::{paths, Publisher};
 use crate::engine::{
-    CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest, Policy, TypeInfo,
+    with_cause, Cause, CreateRequest, Engine, EngineError, HostdevOptions, ModifyRequest, Policy,
+    TypeInfo,
 };
 use crate::libvirt::{AttachOptions, Change, LibvirtOps};
 use crate::xml;
@@ -22,6 +27,7 @@ pub struct Manager {
     pub(super) engine: Arc<Engine>,
     pub(super) libvirt: Arc<dyn LibvirtOps>,
     pub(super) publisher: Arc<Publisher>,
+    pub(super) access: Arc<Access>,
 }
 
 /// How many engine calls run at once. Calls on different GPUs run in parallel up to this
@@ -47,15 +53,58 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Manager {
+    /// The one door of every method: the arguments are within their size limits (checked
+    /// first, before anything else is done for the call), then the caller must hold the
+    /// method's polkit action.
+    async fn admit(
+        &self,
+        header: &Header<'_>,
+        method: &'static str,
+        strings: &[(&str, &str, usize)],
+        options: Option<&Options>,
+    ) -> Result<Cause> {
+        for (what, value, max) in strings {
+            limits::string(method, what, value, *max)?;
+        }
+        if let Some(o) = options {
+            limits::options(method, o)?;
+        }
+        let admitted = self.access.admit(header, method).await;
+        let caller = match &admitted {
+            Ok(c) => c.clone(),
+            Err(_) => self.access.caller(header).await,
+        };
+        let cause = Cause {
+            method: method.to_string(),
+            uid: caller.uid,
+            pid: caller.pid,
+            unit: caller.unit,
+        };
+        if let Err(e) = &admitted {
+            if access::action_of(method) != access::Action::Read {
+                crate::audit::refused(&cause, "", e.name(), &e.message());
+            }
+        }
+        admitted.map(|_| cause)
+    }
+
     /// Runs engine work that changes state, then publishes what it changed before the reply
     /// goes out (also when it failed part-way), so a client that has the reply finds the
     /// objects as they are and has been sent their signals.
+    /// The events it sends carry `cause`; a failure is logged in the audit log with `what`
+    /// (the device or GPU the call was about).
     async fn changing<T: Send + 'static>(
         &self,
+        cause: Cause,
+        what: &str,
         f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
     ) -> Result<T> {
-        let result = blocking(f).await;
+        let audit = cause.clone();
+        let result = blocking(move || with_cause(cause, f)).await;
         self.publisher.catch_up().await;
+        if let Err(e) = &result {
+            crate::audit::refused(&audit, what, e.name(), &e.message());
+        }
         result
     }
 
@@ -63,6 +112,7 @@ impl Manager {
     /// device's Owner changes.
     async fn attachment(
         &self,
+        cause: Cause,
         change: Change,
         uuid: String,
         domain: String,
@@ -74,14 +124,21 @@ impl Manager {
         };
         let opts = attach_options(method, options)?;
         let (engine, libvirt) = (self.engine.clone(), self.libvirt.clone());
+        let audit = cause.clone();
+        let device = uuid.clone();
         let task = tokio::task::spawn_blocking(move || {
-            crate::libvirt::change(&engine, &*libvirt, &uuid, &domain, opts, change)
+            with_cause(cause, || {
+                crate::libvirt::change(&engine, &*libvirt, &uuid, &domain, opts, change)
+            })
         });
         let result = match task.await {
             Ok(r) => r.map(|_| ()).map_err(Error::from),
             Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
         };
         self.publisher.catch_up().await;
+        if let Err(e) = &result {
+            crate::audit::refused(&audit, &device, e.name(), &e.message());
+        }
         result
     }
 }
@@ -182,8 +239,13 @@ const HOSTDEV_OPTIONS: &[&str] = &["display", "ramfb", "guest_bus"];
 impl Manager {
     /// Every GPU: address, model, driver, sharing modes (comma-separated), object.
     #[zbus(out_args("gpus"))]
-    async fn list_gpus(&self) -> Vec<(String, String, String, String, OwnedObjectPath)> {
-        self.engine
+    async fn list_gpus(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
+        self.admit(&header, "ListGpus", &[], None).await?;
+        Ok(self
+            .engine
             .list_gpus()
             .into_iter()
             .map(|g| {
@@ -191,12 +253,16 @@ impl Manager {
                 let path = paths::gpu_path(&g.address);
                 (g.address, g.model, g.driver, modes.join(","), path)
             })
-            .collect()
+            .collect())
     }
 
     /// Every type of every GPU: GPU, id, name, framebuffer bytes, max and available now.
     #[zbus(out_args("types"))]
-    async fn list_types(&self) -> Result<Vec<(String, String, String, u64, u32, u32)>> {
+    async fn list_types(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(String, String, String, u64, u32, u32)>> {
+        self.admit(&header, "ListTypes", &[], None).await?;
         let engine = self.engine.clone();
         let types = blocking(move || engine.list_types()).await?;
         Ok(types
@@ -211,7 +277,11 @@ impl Manager {
 
     /// Every device, also other tools' (active or defined): uuid, GPU, type, owner, object.
     #[zbus(out_args("devices"))]
-    async fn list_devices(&self) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
+    async fn list_devices(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
+        self.admit(&header, "ListDevices", &[], None).await?;
         let engine = self.engine.clone();
         // Devices made or removed by other tools show up here at once, yet a storm of list
         // calls costs at most one look at the host per 100 ms.
@@ -233,9 +303,18 @@ impl Manager {
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
+        #[zbus(header)] header: Header<'_>,
         r#type: String,
         options: Options,
     ) -> Result<(String, OwnedObjectPath)> {
+        let cause = self
+            .admit(
+                &header,
+                "CreateDevice",
+                &[("type", &r#type, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
         let mut opts = OptionReader::new("CreateDevice", options);
         let persistent = opts.boolean("persistent")?.unwrap_or(true);
         let req = CreateRequest {
@@ -253,16 +332,28 @@ impl Manager {
         };
         opts.finish(CREATE_OPTIONS)?;
         let engine = self.engine.clone();
-        let info = blocking(move || engine.create_device(&req)).await;
-        self.publisher.catch_up().await;
-        let info = info?;
+        let info = self
+            .changing(cause, "", move || engine.create_device(&req))
+            .await?;
         let path = paths::device_path(&info.uuid);
         Ok((info.uuid, path))
     }
 
     /// How many more of a type fit now. Options: parent, numa_node.
     #[zbus(out_args("count"))]
-    async fn get_capacity(&self, r#type: String, options: Options) -> Result<u32> {
+    async fn get_capacity(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        r#type: String,
+        options: Options,
+    ) -> Result<u32> {
+        self.admit(
+            &header,
+            "GetCapacity",
+            &[("type", &r#type, limits::NAME)],
+            Some(&options),
+        )
+        .await?;
         let mut opts = OptionReader::new("GetCapacity", options);
         let req = CreateRequest {
             type_query: r#type,
@@ -282,9 +373,17 @@ impl Manager {
     #[zbus(out_args("info"))]
     async fn get_type_info(
         &self,
+        #[zbus(header)] header: Header<'_>,
         r#type: String,
         options: Options,
     ) -> Result<HashMap<String, OwnedVariant>> {
+        self.admit(
+            &header,
+            "GetTypeInfo",
+            &[("type", &r#type, limits::NAME)],
+            Some(&options),
+        )
+        .await?;
         let mut opts = OptionReader::new("GetTypeInfo", options);
         let req = CreateRequest {
             type_query: r#type,
@@ -299,16 +398,42 @@ impl Manager {
     }
 
     /// Stops a device and deletes its definition and record.
-    async fn remove_device(&self, uuid: String, options: Options) -> Result<()> {
+    async fn remove_device(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "RemoveDevice",
+                &[("uuid", &uuid, limits::UUID)],
+                Some(&options),
+            )
+            .await?;
         OptionReader::new("RemoveDevice", options).finish(&[])?;
         let engine = self.engine.clone();
-        self.changing(move || engine.remove_device(&uuid))
+        self.changing(cause, &uuid.clone(), move || engine.remove_device(&uuid))
             .await
             .map(drop)
     }
 
     /// Options: persistent (b), autostart (b).
-    async fn modify_device(&self, uuid: String, options: Options) -> Result<()> {
+    async fn modify_device(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "ModifyDevice",
+                &[("uuid", &uuid, limits::UUID)],
+                Some(&options),
+            )
+            .await?;
         let mut opts = OptionReader::new("ModifyDevice", options);
         let req = ModifyRequest {
             persistent: opts.boolean("persistent")?,
@@ -316,37 +441,101 @@ impl Manager {
         };
         opts.finish(MODIFY_OPTIONS)?;
         let engine = self.engine.clone();
-        self.changing(move || engine.modify_device(&uuid, &req))
-            .await
-            .map(drop)
+        self.changing(cause, &uuid.clone(), move || {
+            engine.modify_device(&uuid, &req)
+        })
+        .await
+        .map(drop)
     }
 
     /// Starts a defined device from its definition.
-    async fn start_device(&self, uuid: String, options: Options) -> Result<()> {
+    async fn start_device(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "StartDevice",
+                &[("uuid", &uuid, limits::UUID)],
+                Some(&options),
+            )
+            .await?;
         OptionReader::new("StartDevice", options).finish(&[])?;
         let engine = self.engine.clone();
-        self.changing(move || engine.start_device(&uuid))
+        self.changing(cause, &uuid.clone(), move || engine.start_device(&uuid))
             .await
             .map(drop)
     }
 
     /// Stops a device and keeps its definition (removes a transient one).
-    async fn stop_device(&self, uuid: String, options: Options) -> Result<()> {
+    async fn stop_device(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "StopDevice",
+                &[("uuid", &uuid, limits::UUID)],
+                Some(&options),
+            )
+            .await?;
         OptionReader::new("StopDevice", options).finish(&[])?;
         let engine = self.engine.clone();
-        self.changing(move || engine.stop_device(&uuid))
+        self.changing(cause, &uuid.clone(), move || engine.stop_device(&uuid))
             .await
             .map(drop)
     }
 
     /// Attaches a device to a libvirt domain, which becomes its owner. Options: live, config.
-    async fn attach_device(&self, uuid: String, domain: String, options: Options) -> Result<()> {
-        self.attachment(Change::Attach, uuid, domain, options).await
+    async fn attach_device(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        domain: String,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "AttachDevice",
+                &[
+                    ("uuid", &uuid, limits::UUID),
+                    ("domain", &domain, limits::NAME),
+                ],
+                Some(&options),
+            )
+            .await?;
+        self.attachment(cause, Change::Attach, uuid, domain, options)
+            .await
     }
 
     /// Detaches a device from its domain. Options: live, config.
-    async fn detach_device(&self, uuid: String, domain: String, options: Options) -> Result<()> {
-        self.attachment(Change::Detach, uuid, domain, options).await
+    async fn detach_device(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        domain: String,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "DetachDevice",
+                &[
+                    ("uuid", &uuid, limits::UUID),
+                    ("domain", &domain, limits::NAME),
+                ],
+                Some(&options),
+            )
+            .await?;
+        self.attachment(cause, Change::Detach, uuid, domain, options)
+            .await
     }
 
     /// A VDI domain for the devices. Options: template, uuid, memory_mib, vcpus, disk,
@@ -354,10 +543,19 @@ impl Manager {
     #[zbus(out_args("xml"))]
     async fn render_domain(
         &self,
+        #[zbus(header)] header: Header<'_>,
         name: String,
         uuids: Vec<String>,
         options: Options,
     ) -> Result<String> {
+        self.admit(
+            &header,
+            "RenderDomain",
+            &[("name", &name, limits::NAME)],
+            Some(&options),
+        )
+        .await?;
+        limits::strings("RenderDomain", "uuids", &uuids, limits::UUIDS, limits::UUID)?;
         let mut opts = OptionReader::new("RenderDomain", options);
         let template = opts.string("template")?.unwrap_or_else(|| "vdi".into());
         let graphics = match opts.string("graphics")?.as_deref() {
@@ -419,33 +617,71 @@ impl Manager {
 
     /// Enables count SR-IOV VFs (0 disables); returns how many are on. Option: persistent.
     #[zbus(out_args("num_vfs"))]
-    async fn set_vf_count(&self, gpu: String, count: u32, options: Options) -> Result<u32> {
+    async fn set_vf_count(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu: String,
+        count: u32,
+        options: Options,
+    ) -> Result<u32> {
+        let cause = self
+            .admit(
+                &header,
+                "SetVfCount",
+                &[("gpu", &gpu, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
         let mut opts = OptionReader::new("SetVfCount", options);
         let persistent = opts.boolean("persistent")?.unwrap_or(true);
         opts.finish(VF_COUNT_OPTIONS)?;
         let engine = self.engine.clone();
-        self.changing(move || engine.set_vf_count(&gpu, count, persistent))
-            .await
+        self.changing(cause, &gpu.clone(), move || {
+            engine.set_vf_count(&gpu, count, persistent)
+        })
+        .await
     }
 
     /// NVIDIA mixed-size vGPU mode on or off. Option: persistent.
     async fn set_heterogeneous_mode(
         &self,
+        #[zbus(header)] header: Header<'_>,
         gpu: String,
         enabled: bool,
         options: Options,
     ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "SetHeterogeneousMode",
+                &[("gpu", &gpu, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
         let mut opts = OptionReader::new("SetHeterogeneousMode", options);
         let persistent = opts.boolean("persistent")?.unwrap_or(true);
         opts.finish(VF_COUNT_OPTIONS)?;
         let engine = self.engine.clone();
-        self.changing(move || engine.set_heterogeneous(&gpu, enabled, persistent))
-            .await
+        self.changing(cause, &gpu.clone(), move || {
+            engine.set_heterogeneous(&gpu, enabled, persistent)
+        })
+        .await
     }
 
     /// The device's libvirt hostdev element(s).
     #[zbus(out_args("xml"))]
-    async fn get_hostdev_xml(&self, uuid: String) -> Result<String> {
+    async fn get_hostdev_xml(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+    ) -> Result<String> {
+        self.admit(
+            &header,
+            "GetHostdevXml",
+            &[("uuid", &uuid, limits::UUID)],
+            None,
+        )
+        .await?;
         self.engine
             .hostdev_xml(&uuid, &HostdevOptions::default())
             .map_err(Error::from)
@@ -453,7 +689,19 @@ impl Manager {
 
     /// The hostdev element(s) with options: display, ramfb, guest_bus.
     #[zbus(out_args("xml"))]
-    async fn render_hostdev_xml(&self, uuid: String, options: Options) -> Result<String> {
+    async fn render_hostdev_xml(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        uuid: String,
+        options: Options,
+    ) -> Result<String> {
+        self.admit(
+            &header,
+            "RenderHostdevXml",
+            &[("uuid", &uuid, limits::UUID)],
+            Some(&options),
+        )
+        .await?;
         let mut opts = OptionReader::new("RenderHostdevXml", options);
         let guest_bus = match opts.unsigned("guest_bus")? {
             Some(b) => Some(u8::try_from(b).map_err(|_| {

@@ -3,8 +3,10 @@
 //! ([`error::Error`]), and publishes the engine's event stream as signals and property
 //! changes ([`Publisher`]). No logic lives here.
 
+pub mod access;
 pub mod client;
 pub mod error;
+pub mod limits;
 mod manager;
 mod objects;
 pub mod options;
@@ -41,6 +43,7 @@ pub async fn serve(
                 engine: engine.clone(),
                 libvirt,
                 publisher: publisher.clone(),
+                access: Arc::new(access::Access::new(conn.clone())),
             },
         )
         .await?;

@@ -85,7 +85,8 @@ impl Publisher {
         }
         let server = self.conn.object_server();
         let mut dirty: BTreeSet<Dirty> = BTreeSet::new();
-        for event in events {
+        for record in events {
+            let event = record.event;
             if let Err(e) = self.publish(&mut published, &mut dirty, &event).await {
                 tracing::warn!(error = %e, ?event, "could not publish an event");
             }

@@ -8,6 +8,7 @@
 //! subscriber gets its own queue and a wake-up call; it drains the queue when it likes.
 //! Sending never blocks and never fails: a subscriber that went away is dropped.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -90,8 +91,50 @@ impl Event {
     }
 }
 
+/// Who asked for a change: the client a call was made for. Events sent while an engine call
+/// runs inside [`with_cause`] carry it, so the audit log can say who did what.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cause {
+    /// The method (`CreateDevice`).
+    pub method: String,
+    /// The caller's uid.
+    pub uid: Option<u32>,
+    /// The caller's process id.
+    pub pid: Option<u32>,
+    /// The systemd unit of the caller's process.
+    pub unit: Option<String>,
+}
+
+thread_local! {
+    static CAUSE: RefCell<Option<Arc<Cause>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (engine work, on this thread) with `cause` attached to every event it sends.
+pub fn with_cause<T>(cause: Cause, f: impl FnOnce() -> T) -> T {
+    struct Reset(Option<Arc<Cause>>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CAUSE.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = CAUSE.with(|c| c.borrow_mut().replace(Arc::new(cause)));
+    let _reset = Reset(previous);
+    f()
+}
+
+/// An event as a subscriber gets it: what changed, and who asked for it (`None`: found on
+/// the host, or done by vgpud itself, as a restore or a repair).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// What changed.
+    pub event: Event,
+    /// Who asked.
+    pub cause: Option<Arc<Cause>>,
+}
+
 struct Queue {
-    events: Mutex<VecDeque<Event>>,
+    events: Mutex<VecDeque<Record>>,
     wake: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -103,7 +146,7 @@ pub struct Subscription {
 
 impl Subscription {
     /// Takes every event queued so far, oldest first.
-    pub fn drain(&self) -> Vec<Event> {
+    pub fn drain(&self) -> Vec<Record> {
         lock(&self.queue.events).drain(..).collect()
     }
 }
@@ -128,14 +171,21 @@ impl EventBus {
 
     /// Sends events to every subscriber, in order.
     pub fn send_all(&self, events: impl IntoIterator<Item = Event>) {
-        let events: Vec<Event> = events.into_iter().collect();
-        if events.is_empty() {
+        let cause = CAUSE.with(|c| c.borrow().clone());
+        let records: Vec<Record> = events
+            .into_iter()
+            .map(|event| Record {
+                event,
+                cause: cause.clone(),
+            })
+            .collect();
+        if records.is_empty() {
             return;
         }
         let mut subscribers = lock(&self.subscribers);
         subscribers.retain(|w| w.strong_count() > 0);
         for queue in subscribers.iter().filter_map(Weak::upgrade) {
-            lock(&queue.events).extend(events.iter().cloned());
+            lock(&queue.events).extend(records.iter().cloned());
             (queue.wake)();
         }
     }
@@ -221,7 +271,7 @@ mod tests {
         bus.send(Event::GpuRemoved {
             address: "b".into(),
         });
-        let got: Vec<Event> = sub.drain();
+        let got: Vec<Event> = sub.drain().into_iter().map(|r| r.event).collect();
         assert_eq!(
             got,
             vec![
@@ -235,6 +285,29 @@ mod tests {
         );
         assert_eq!(woken.load(Ordering::SeqCst), 2);
         assert!(sub.drain().is_empty());
+    }
+
+    #[test]
+    fn events_carry_the_cause_of_the_call_they_come_from() {
+        let bus = EventBus::default();
+        let sub = bus.subscribe(|| {});
+        let cause = Cause {
+            method: "CreateDevice".into(),
+            uid: Some(1000),
+            pid: Some(42),
+            unit: None,
+        };
+        with_cause(cause.clone(), || {
+            bus.send(Event::GpuRemoved {
+                address: "a".into(),
+            })
+        });
+        bus.send(Event::GpuRemoved {
+            address: "b".into(),
+        });
+        let got = sub.drain();
+        assert_eq!(got[0].cause.as_deref(), Some(&cause));
+        assert_eq!(got[1].cause, None, "the cause ends with the call");
     }
 
     #[test]

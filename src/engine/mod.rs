@@ -35,9 +35,11 @@ use crate::model::{DeviceKind, Gpu, MdevType, MovedFunction, TypeDetails};
 use crate::xml;
 
 pub use error::{EngineError, EngineResult, Refusal};
-pub use events::{Event, EventBus, Origin, Subscription};
+pub use events::{with_cause, Cause, Event, EventBus, Origin, Record, Subscription};
 pub use reconcile::{plan_restore, GpuRestore, RestoreReport, RestoreStep, Stage};
-pub use request::{parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy};
+pub use request::{
+    parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy, MAX_NAME_LEN, MAX_PARAMS_LEN,
+};
 pub use type_info::{GvtgInfo, TypeInfo};
 
 /// A device as vgpud reports it: active on the host, defined persistently, or both.

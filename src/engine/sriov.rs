@@ -153,14 +153,22 @@ impl Engine {
                     "{pf} has no SR-IOV capability (no sriov_totalvfs)"
                 ))
             })?;
-        if count != state.num_vfs {
-            self.refuse_busy_vfs(pf, &state.vfs)?;
+        // The count is checked first: a count the GPU cannot have is wrong whatever it runs.
+        if count > state.total_vfs {
+            return Err(EngineError::InvalidArgument(format!(
+                "{pf} has at most {} VFs (sriov_totalvfs); {count} asked",
+                state.total_vfs
+            )));
         }
         let driver = self
             .host
             .link_name(&sriov::pci_dir(&self.host, pf).join("driver"))
             .map_err(|e| EngineError::host(format!("reading the driver of {pf}"), e))?
             .unwrap_or_default();
+        if count != state.num_vfs {
+            self.refuse_passed_through(pf, &driver)?;
+            self.refuse_busy_vfs(pf, &state.vfs)?;
+        }
         let method = if driver == "nvidia" {
             VfMethod::SriovManage(self.host.root().join(&self.sriov_manage))
         } else {
@@ -186,6 +194,29 @@ impl Engine {
             .map_or(0, |s| s.num_vfs);
         tracing::info!(%pf, from = state.num_vfs, to = now, "VF count changed");
         Ok(now)
+    }
+
+    /// Refuses when the GPU itself is given to a guest (on vfio-pci): its VFs would change
+    /// under the guest, and the passthrough would not come back at boot.
+    fn refuse_passed_through(&self, pf: &str, driver: &str) -> EngineResult<()> {
+        let holder = lock(&self.registry)
+            .devices
+            .values()
+            .find(|d| {
+                d.active
+                    && d.kind == crate::model::DeviceKind::Passthrough
+                    && d.functions.iter().any(|f| f.address == pf)
+            })
+            .map(|d| d.uuid.clone());
+        match holder {
+            Some(uuid) => Err(EngineError::Busy(format!(
+                "{pf} is passed through to a guest (device {uuid}); remove that device first"
+            ))),
+            None if driver == "vfio-pci" => Err(EngineError::Busy(format!(
+                "{pf} is bound to vfio-pci (given to a guest by another tool); its VFs are not changed"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Refuses when a VF of `pf` carries a device vgpud knows (an SR-IOV vGPU, an mdev on the

@@ -143,10 +143,7 @@ struct Plan {
 
 impl Plan {
     fn new(d: &VdiDomain) -> Result<Self, XmlError> {
-        check_name("name", &d.name)?;
-        if d.name.contains('/') {
-            return Err(invalid("name", &d.name, "must not contain '/'"));
-        }
+        check_domain_name(&d.name)?;
         let uuid = d
             .uuid
             .as_deref()
@@ -157,6 +154,20 @@ impl Plan {
         }
         if d.vcpus == 0 {
             return Err(invalid("vcpus", "0", "must be at least 1"));
+        }
+        if d.memory_mib > MAX_MEMORY_MIB {
+            return Err(invalid(
+                "memory_mib",
+                &d.memory_mib.to_string(),
+                "is more than a host has (at most 16 TiB, 16777216 MiB)",
+            ));
+        }
+        if d.vcpus > MAX_VCPUS {
+            return Err(invalid(
+                "vcpus",
+                &d.vcpus.to_string(),
+                "is more than QEMU takes (at most 4096)",
+            ));
         }
         if let Some(disk) = &d.disk {
             check_name("disk", disk)?;
@@ -541,6 +552,44 @@ fn into_string(w: Writer<Vec<u8>>) -> Result<String, XmlError> {
 /// A guest bus number as the templates write it: `0x01`.
 fn bus_hex(bus: u32) -> String {
     format!("0x{bus:02x}")
+}
+
+/// The most memory a rendered domain may ask for, in MiB (16 TiB).
+pub const MAX_MEMORY_MIB: u64 = 16 * 1024 * 1024;
+/// The most vCPUs a rendered domain may have (QEMU's q35 limit).
+pub const MAX_VCPUS: u32 = 4096;
+/// The longest domain name, in bytes (libvirt keeps `<name>.xml` files: names stay well
+/// under a file name's 255 bytes).
+pub const MAX_DOMAIN_NAME: usize = 200;
+
+/// A libvirt domain name: 1 to [`MAX_DOMAIN_NAME`] bytes, not blank, no white space at either
+/// end, no `/`, not `.` or `..`, no control or invisible formatting characters (bidi
+/// overrides such as U+202E would show a name other than the real one).
+pub fn check_domain_name(name: &str) -> Result<(), XmlError> {
+    let reason = if name.len() > MAX_DOMAIN_NAME {
+        "is longer than 200 bytes"
+    } else if name.trim().is_empty() {
+        "must not be empty or blank"
+    } else if name.trim() != name {
+        "must not start or end with white space"
+    } else if name == "." || name == ".." {
+        "must not be a dot name"
+    } else if name.contains('/') {
+        "must not contain '/'"
+    } else if name.chars().any(|c| c.is_control() || is_format_char(c)) {
+        "must not contain control or invisible formatting characters"
+    } else {
+        return Ok(());
+    };
+    Err(invalid("name", name, reason))
+}
+
+/// Unicode format characters (general category Cf) that change how text shows: zero-width
+/// and joiner characters, bidirectional marks, embeddings, overrides and isolates, the BOM.
+fn is_format_char(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
 fn invalid(field: &'static str, value: &str, reason: &str) -> XmlError {

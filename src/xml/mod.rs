@@ -461,10 +461,13 @@ fn canonical_uuid(field: &'static str, value: &str) -> Result<String, XmlError> 
 }
 
 /// An [`XmlError::InvalidInput`].
+/// The longest part of a rejected value an error quotes.
+const QUOTED: usize = 64;
+
 fn invalid_input(field: &'static str, value: &str, reason: &str) -> XmlError {
     XmlError::InvalidInput {
         field,
-        value: value.to_owned(),
+        value: value.chars().take(QUOTED).collect(),
         reason: reason.to_owned(),
     }
 }
@@ -483,11 +486,7 @@ fn check_device_name(field: &'static str, value: &str) -> Result<(), XmlError> {
     } else {
         return Ok(());
     };
-    Err(XmlError::InvalidInput {
-        field,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    })
+    Err(invalid_input(field, value, reason))
 }
 
 /// Checks a name: non-empty, no control characters.
@@ -499,11 +498,7 @@ fn check_name(field: &'static str, value: &str) -> Result<(), XmlError> {
     } else {
         return Ok(());
     };
-    Err(XmlError::InvalidInput {
-        field,
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    })
+    Err(invalid_input(field, value, reason))
 }
 
 /// A host PCI address.

@@ -1,0 +1,286 @@
+//! Who may do what: every method of `org.vgpud1.Manager` names one polkit action
+//! ([`Action`]), and [`Access::admit`] asks polkit whether the caller (by its bus name) may
+//! take it. Without polkitd on the bus, root is allowed and everyone else is refused with an
+//! error that says why. Answers are kept for a few seconds per caller and action, so a
+//! storm of calls from one broker costs one question to polkit, not one per call.
+//!
+//! The caller's identity (uid, pid, systemd unit) is read once per connection from the bus
+//! (`GetConnectionCredentials`), for the refusal messages and the audit log.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use zbus::message::{Flags, Header};
+use zbus::Connection;
+use zbus_polkit::policykit1::{AuthorityProxy, CheckAuthorizationFlags, Subject};
+
+use super::error::{Error, Result};
+
+/// The polkit actions of `dbus/org.vgpud1.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Lists, properties, capacity, type details, rendered XML.
+    Read,
+    /// Create, remove, start, stop, modify, attach, detach.
+    ManageDevices,
+    /// VF counts, vGPU modes, MIG, the scheduler, layouts.
+    ConfigureHost,
+}
+
+impl Action {
+    /// The polkit action id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Action::Read => "org.vgpud1.read",
+            Action::ManageDevices => "org.vgpud1.manage-devices",
+            Action::ConfigureHost => "org.vgpud1.configure-host",
+        }
+    }
+}
+
+/// The action each method of `org.vgpud1.Manager` needs. A method missing here needs the
+/// strictest action, so a new method is never open by mistake (a test checks the list
+/// against the introspection data).
+pub fn action_of(method: &str) -> Action {
+    match method {
+        "ListGpus" | "ListTypes" | "ListDevices" | "GetCapacity" | "GetTypeInfo"
+        | "GetHostdevXml" | "RenderHostdevXml" | "RenderDomain" => Action::Read,
+        "CreateDevice" | "RemoveDevice" | "ModifyDevice" | "StartDevice" | "StopDevice"
+        | "AttachDevice" | "DetachDevice" => Action::ManageDevices,
+        _ => Action::ConfigureHost,
+    }
+}
+
+/// Who called, as the bus says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The unique bus name (`:1.42`).
+    pub name: String,
+    /// The caller's uid.
+    pub uid: Option<u32>,
+    /// The caller's process id.
+    pub pid: Option<u32>,
+    /// The systemd unit the caller's process runs in, if any.
+    pub unit: Option<String>,
+}
+
+/// How long an answer of polkit (or a caller's credentials) is kept.
+const KEEP: Duration = Duration::from_secs(5);
+/// At most this many answers are kept; past it, expired ones are dropped first.
+const KEEP_MAX: usize = 4096;
+
+/// The authorization check shared by every method.
+pub struct Access {
+    conn: Connection,
+    answers: Mutex<HashMap<(String, Action), (Instant, bool)>>,
+    callers: Mutex<HashMap<String, (Instant, Caller)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Keeps `value` for `key`, dropping expired entries when the map is full.
+fn keep<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, (Instant, V)>, key: K, value: V) {
+    if map.len() >= KEEP_MAX {
+        map.retain(|_, (at, _)| at.elapsed() < KEEP);
+        if map.len() >= KEEP_MAX {
+            map.clear();
+        }
+    }
+    map.insert(key, (Instant::now(), value));
+}
+
+impl Access {
+    /// Checks callers on `conn`, the bus vgpud serves on (polkitd is on the same bus).
+    pub fn new(conn: Connection) -> Self {
+        Access {
+            conn,
+            answers: Mutex::new(HashMap::new()),
+            callers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Lets the call in if its caller may take the method's action; the caller otherwise
+    /// gets `AccessDenied`, or `InteractiveAuthorizationRequired` when polkit would ask a
+    /// password and the call did not allow interaction.
+    pub async fn admit(&self, header: &Header<'_>, method: &str) -> Result<Caller> {
+        let action = action_of(method);
+        let caller = self.caller(header).await;
+        if caller.name.is_empty() {
+            // A peer-to-peer connection (no bus): only vgpud's own tests make those.
+            return Ok(caller);
+        }
+        let key = (caller.name.clone(), action);
+        if let Some((at, yes)) = lock(&self.answers).get(&key).copied() {
+            if at.elapsed() < KEEP && yes {
+                return Ok(caller);
+            }
+        }
+        let interactive = header
+            .primary()
+            .flags()
+            .contains(Flags::ALLOW_INTERACTIVE_AUTH);
+        match self.ask_polkit(header, action, interactive).await {
+            Ok(result) if result.is_authorized => {
+                keep(&mut lock(&self.answers), key, true);
+                Ok(caller)
+            }
+            Ok(result) if result.is_challenge && !interactive => {
+                Err(Error::interactive_authorization_required(format!(
+                    "{method} needs {}, which {} can get by authenticating: call again allowing interactive authorization",
+                    action.id(),
+                    describe(&caller)
+                )))
+            }
+            Ok(_) => Err(Error::access_denied(format!(
+                "{} is not authorized for {} ({method}); see polkit's rules for org.vgpud1, or add the user to the group vgpud",
+                describe(&caller),
+                action.id()
+            ))),
+            Err(why) => {
+                if caller.uid == Some(0) {
+                    return Ok(caller);
+                }
+                Err(Error::access_denied(format!(
+                    "{method} needs {}, and polkit cannot be asked ({why}): only root may call vgpud without polkitd; {} is not root",
+                    action.id(),
+                    describe(&caller)
+                )))
+            }
+        }
+    }
+
+    async fn ask_polkit(
+        &self,
+        header: &Header<'_>,
+        action: Action,
+        interactive: bool,
+    ) -> std::result::Result<zbus_polkit::policykit1::AuthorizationResult, String> {
+        let subject = Subject::new_for_message_header(header).map_err(|e| e.to_string())?;
+        let authority = AuthorityProxy::new(&self.conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let flags = if interactive {
+            CheckAuthorizationFlags::ALLOW_USER_INTERACTION
+        } else {
+            CheckAuthorizationFlags::empty()
+        };
+        authority
+            .check_authorization(&subject, action.id(), &HashMap::new(), flags, "")
+            .await
+            .map_err(|e| match &e {
+                zbus::Error::MethodError(name, _, _)
+                    if name.as_str() == "org.freedesktop.DBus.Error.ServiceUnknown"
+                        || name.as_str() == "org.freedesktop.DBus.Error.NameHasNoOwner" =>
+                {
+                    "org.freedesktop.PolicyKit1 is not on the bus".to_string()
+                }
+                _ => e.to_string(),
+            })
+    }
+
+    /// The caller of a message, from the bus's credentials of its connection.
+    pub async fn caller(&self, header: &Header<'_>) -> Caller {
+        let Some(name) = header.sender().map(|s| s.to_string()) else {
+            return Caller::default();
+        };
+        if let Some((at, c)) = lock(&self.callers).get(&name) {
+            if at.elapsed() < KEEP {
+                return c.clone();
+            }
+        }
+        let mut caller = Caller {
+            name: name.clone(),
+            ..Caller::default()
+        };
+        if let Ok(dbus) = zbus::fdo::DBusProxy::new(&self.conn).await {
+            if let Ok(bus_name) = zbus::names::BusName::try_from(name.as_str()) {
+                if let Ok(creds) = dbus.get_connection_credentials(bus_name).await {
+                    caller.uid = creds.unix_user_id();
+                    caller.pid = creds.process_id();
+                }
+            }
+        }
+        caller.unit = caller.pid.and_then(unit_of);
+        keep(&mut lock(&self.callers), name, caller.clone());
+        caller
+    }
+}
+
+/// A caller in a message: `uid 1000 (pid 4242, unit ovirt-vdsm.service)`.
+pub fn describe(c: &Caller) -> String {
+    let uid = c
+        .uid
+        .map_or("an unknown user".to_string(), |u| format!("uid {u}"));
+    match (&c.pid, &c.unit) {
+        (Some(pid), Some(unit)) => format!("{uid} (pid {pid}, unit {unit})"),
+        (Some(pid), None) => format!("{uid} (pid {pid})"),
+        _ => uid,
+    }
+}
+
+/// The systemd unit of a process, from the last component of its cgroup path
+/// (`0::/system.slice/vdsmd.service` → `vdsmd.service`).
+fn unit_of(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    unit_from_cgroup(&text)
+}
+
+fn unit_from_cgroup(text: &str) -> Option<String> {
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    path.rsplit('/')
+        .find(|c| {
+            [".service", ".scope", ".slice"]
+                .iter()
+                .any(|s| c.ends_with(s))
+        })
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_has_an_action_and_unknown_ones_get_the_strictest() {
+        assert_eq!(action_of("ListDevices"), Action::Read);
+        assert_eq!(action_of("RenderDomain"), Action::Read);
+        assert_eq!(action_of("CreateDevice"), Action::ManageDevices);
+        assert_eq!(action_of("DetachDevice"), Action::ManageDevices);
+        assert_eq!(action_of("SetVfCount"), Action::ConfigureHost);
+        assert_eq!(action_of("SetHeterogeneousMode"), Action::ConfigureHost);
+        assert_eq!(action_of("SomethingNew"), Action::ConfigureHost);
+    }
+
+    #[test]
+    fn the_unit_is_read_from_the_unified_cgroup() {
+        assert_eq!(
+            unit_from_cgroup("0::/system.slice/vdsmd.service\n").as_deref(),
+            Some("vdsmd.service")
+        );
+        assert_eq!(
+            unit_from_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n").as_deref(),
+            Some("session-3.scope")
+        );
+        assert_eq!(unit_from_cgroup("0::/\n"), None);
+        assert_eq!(unit_from_cgroup("12:pids:/x\n"), None);
+    }
+
+    #[test]
+    fn callers_are_described_with_what_is_known() {
+        let mut c = Caller {
+            name: ":1.2".into(),
+            uid: Some(1000),
+            pid: Some(42),
+            unit: Some("vdsmd.service".into()),
+        };
+        assert_eq!(describe(&c), "uid 1000 (pid 42, unit vdsmd.service)");
+        c.unit = None;
+        assert_eq!(describe(&c), "uid 1000 (pid 42)");
+        c.uid = None;
+        c.pid = None;
+        assert_eq!(describe(&c), "an unknown user");
+    }
+}

@@ -1,0 +1,180 @@
+//! What a hostile local caller (or a careless script) sends, through a real dbus-daemon and a
+//! real vgpud: every argument is bounded before any work, errors quote little of what they
+//! got, and no request takes a device that serves a guest.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use zbus::Variant;
+
+use common::proxy::{error_message, error_name, opts};
+use common::setup::Setup;
+
+/// vgpud's resident memory in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test]
+async fn huge_arguments_are_refused_before_any_work_and_not_echoed() {
+    let s = Setup::new(&["mixed"]).await;
+    let m = s.manager().await;
+    let before = rss_kib(s.daemon.pid());
+    let huge = "n".repeat(8 << 20);
+    let started = Instant::now();
+    for _ in 0..8 {
+        let err = m
+            .render_domain(&huge, &[], HashMap::new())
+            .await
+            .expect_err("an 8 MiB name");
+        assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+        assert!(
+            error_message(&err).len() < 300,
+            "the error quotes little: {} bytes",
+            error_message(&err).len()
+        );
+    }
+    let err = m
+        .create_device(&huge, HashMap::new())
+        .await
+        .expect_err("an 8 MiB type");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    let long_owner = "o".repeat(5000);
+    let err = m
+        .create_device("mtty-1", opts(&[("owner", long_owner.as_str())]))
+        .await
+        .expect_err("a 5000-byte owner");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    let many: HashMap<String, Variant<'_>> = (0..100)
+        .map(|i| (format!("k{i}"), Variant::from(true)))
+        .collect();
+    let many_ref: HashMap<&str, Variant<'_>> =
+        many.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let err = m
+        .create_device("mtty-1", many_ref)
+        .await
+        .expect_err("100 options");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    let nested: HashMap<&str, Variant<'_>> =
+        [("owner", Variant::from(vec!["a".repeat(1000); 1000]))].into();
+    let err = m
+        .create_device("mtty-1", nested)
+        .await
+        .expect_err("a nested option");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    let after = rss_kib(s.daemon.pid());
+    assert!(
+        after < before + 64 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+    // Meanwhile the daemon serves: a create still works, and quickly.
+    let (uuid, _) = m
+        .create_device("mtty-1", HashMap::new())
+        .await
+        .expect("create");
+    m.remove_device(&uuid, HashMap::new())
+        .await
+        .expect("remove");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn domain_names_and_sizes_a_host_cannot_have_are_invalid_arguments() {
+    let s = Setup::new(&["mixed"]).await;
+    let m = s.manager().await;
+    let rtl = "vm\u{202e}gpj.exe";
+    let long = "v".repeat(1 << 20);
+    for name in [" ", "", ".", "..", " vm", "vm\t", "a/b", rtl, long.as_str()] {
+        let err = m
+            .render_domain(name, &[], HashMap::new())
+            .await
+            .expect_err(name);
+        assert_eq!(
+            error_name(&err),
+            "org.vgpud1.Error.InvalidArgument",
+            "{name:?}: {}",
+            error_message(&err)
+        );
+    }
+    for (key, value) in [
+        ("memory_mib", Variant::from(u64::MAX)),
+        ("vcpus", Variant::from(u32::MAX)),
+        ("memory_mib", Variant::from(0u64)),
+    ] {
+        let err = m
+            .render_domain("vm1", &[], [(key, value)].into())
+            .await
+            .expect_err(key);
+        assert_eq!(
+            error_name(&err),
+            "org.vgpud1.Error.InvalidArgument",
+            "{key}"
+        );
+    }
+    m.render_domain("vm-1_ok", &[], HashMap::new())
+        .await
+        .expect("a plain name renders");
+}
+
+#[tokio::test]
+async fn a_vf_count_a_gpu_cannot_have_is_invalid_even_when_it_is_busy() {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let m = s.manager().await;
+    let gpu = "0000:41:00.0";
+    m.set_vf_count(gpu, 32, HashMap::new())
+        .await
+        .expect("enable VFs");
+    m.create_device("L40S-4Q", opts(&[("parent", gpu)]))
+        .await
+        .expect("a vGPU");
+    let err = m
+        .set_vf_count(gpu, u32::MAX, HashMap::new())
+        .await
+        .expect_err("out of range");
+    assert_eq!(
+        error_name(&err),
+        "org.vgpud1.Error.InvalidArgument",
+        "{}",
+        error_message(&err)
+    );
+}
+
+#[tokio::test]
+async fn the_vfs_of_a_gpu_passed_through_are_not_changed() {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let m = s.manager().await;
+    let gpu = "0000:41:00.0";
+    let (uuid, _) = m
+        .create_device("passthrough", opts(&[("parent", gpu)]))
+        .await
+        .expect("pass the GPU through");
+    let err = m
+        .set_vf_count(gpu, 4, HashMap::new())
+        .await
+        .expect_err("VFs of a GPU a guest has");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    assert!(
+        error_message(&err).contains(&uuid),
+        "{}",
+        error_message(&err)
+    );
+    assert!(
+        !s.host
+            .path(&format!("var/lib/vgpud/sriov/{gpu}.json"))
+            .exists(),
+        "nothing was recorded for the next boot"
+    );
+    m.remove_device(&uuid, HashMap::new())
+        .await
+        .expect("give back");
+    m.set_vf_count(gpu, 32, HashMap::new())
+        .await
+        .expect("VFs once the GPU is back");
+}
