@@ -178,3 +178,113 @@ async fn the_vfs_of_a_gpu_passed_through_are_not_changed() {
         .await
         .expect("VFs once the GPU is back");
 }
+
+/// The device's VF (its `Address`).
+async fn vf_of(s: &Setup, uuid: &str) -> String {
+    common::proxy::device_proxy(&s.conn, uuid)
+        .await
+        .address()
+        .await
+        .expect("Address")
+}
+
+#[tokio::test]
+async fn a_vf_that_carries_another_tenants_vgpu_is_not_passed_through() {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let m = s.manager().await;
+    let gpu = "0000:41:00.0";
+    m.set_vf_count(gpu, 32, HashMap::new())
+        .await
+        .expect("enable VFs");
+    let (tenant, _) = m
+        .create_device("L40S-4Q", opts(&[("parent", gpu), ("owner", "tenant-a")]))
+        .await
+        .expect("a vGPU");
+    let vf = vf_of(&s, &tenant).await;
+    let err = m
+        .create_device("passthrough", opts(&[("parent", vf.as_str())]))
+        .await
+        .expect_err("the VF serves a guest");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    assert!(
+        error_message(&err).contains(&tenant),
+        "{}",
+        error_message(&err)
+    );
+    let err = m
+        .create_device(
+            "passthrough",
+            [
+                ("parent", Variant::from(vf.as_str())),
+                ("force", Variant::from(true)),
+            ]
+            .into(),
+        )
+        .await
+        .expect_err("force does not take another tenant's vGPU");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.Busy");
+    let current = std::fs::read_to_string(s.host.path(&format!(
+        "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+    )))
+    .expect("current_vgpu_type");
+    assert_ne!(current.trim(), "0", "the tenant's vGPU is still there");
+    let free = m
+        .get_capacity("passthrough", opts(&[("parent", vf.as_str())]))
+        .await
+        .expect("capacity");
+    assert_eq!(free, 0, "GetCapacity agrees");
+}
+
+#[tokio::test]
+async fn a_placement_asked_for_is_checked_and_taken() {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let m = s.manager().await;
+    let gpu = "0000:41:00.0";
+    m.set_vf_count(gpu, 32, HashMap::new())
+        .await
+        .expect("enable VFs");
+    let at = |id: &str| format!("frame_rate_limiter=0,vgpu-placement-id={id}");
+    // Equal-size mode places nothing.
+    let err = m
+        .create_device("L40S-4Q", opts(&[("parent", gpu), ("params", &at("6"))]))
+        .await
+        .expect_err("no placements in equal-size mode");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.InvalidArgument");
+    m.set_heterogeneous_mode(gpu, true, HashMap::new())
+        .await
+        .expect("heterogeneous mode");
+    // 4Q vGPUs sit on 6 GiB placements: 0, 6, ... 42.
+    let (uuid, _) = m
+        .create_device("L40S-4Q", opts(&[("parent", gpu), ("params", &at("6"))]))
+        .await
+        .expect("at placement 6");
+    let vf = vf_of(&s, &uuid).await;
+    let placed = std::fs::read_to_string(
+        s.host
+            .path(&format!("sys/bus/pci/devices/{vf}/nvidia/placement_id")),
+    )
+    .expect("placement_id");
+    assert_eq!(placed.trim(), "6", "the vGPU is where it was asked to be");
+    let err = m
+        .create_device("L40S-4Q", opts(&[("parent", gpu), ("params", &at("6"))]))
+        .await
+        .expect_err("6 is taken");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NoCapacity");
+    assert!(
+        error_message(&err).contains("placement 6 is taken"),
+        "{}",
+        error_message(&err)
+    );
+    for bad in ["-1", "abc", "99", "3"] {
+        let err = m
+            .create_device("L40S-4Q", opts(&[("parent", gpu), ("params", &at(bad))]))
+            .await
+            .expect_err(bad);
+        assert_eq!(
+            error_name(&err),
+            "org.vgpud1.Error.InvalidArgument",
+            "{bad}: {}",
+            error_message(&err)
+        );
+    }
+}

@@ -38,7 +38,7 @@ pub async fn run(engine: Arc<Engine>, interval: Duration) {
             }
         }
         let e = engine.clone();
-        match tokio::task::spawn_blocking(move || e.poll()).await {
+        match tokio::task::spawn_blocking(move || e.events().batch(|| e.poll())).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not look at the host"),
             Err(e) => tracing::error!(error = %e, "the host watcher task failed"),

@@ -100,7 +100,8 @@ impl Manager {
         f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
     ) -> Result<T> {
         let audit = cause.clone();
-        let result = blocking(move || with_cause(cause, f)).await;
+        let engine = self.engine.clone();
+        let result = blocking(move || with_cause(cause, || engine.events().batch(f))).await;
         self.publisher.catch_up().await;
         if let Err(e) = &result {
             crate::audit::refused(&audit, what, e.name(), &e.message());
@@ -285,7 +286,12 @@ impl Manager {
         let engine = self.engine.clone();
         // Devices made or removed by other tools show up here at once, yet a storm of list
         // calls costs at most one look at the host per 100 ms.
-        blocking(move || engine.poll_if_older(std::time::Duration::from_millis(100))).await?;
+        blocking(move || {
+            engine
+                .events()
+                .batch(|| engine.poll_if_older(std::time::Duration::from_millis(100)))
+        })
+        .await?;
         self.publisher.catch_up().await;
         Ok(self
             .engine

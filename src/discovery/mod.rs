@@ -270,6 +270,13 @@ pub fn vgpu_types(model: &str, vfs: &[sriov::VfVgpu], heterogeneous: bool) -> Ve
 /// In heterogeneous mode, the placements of a type that no vGPU overlaps; `None` when the
 /// board or the type's size is unknown.
 fn free_placements(model: &str, t: &MdevType, vfs: &[sriov::VfVgpu]) -> Option<u32> {
+    let free = free_placement_ids(model, t.framebuffer_bytes() >> 30, vfs)?;
+    u32::try_from(free.len()).ok()
+}
+
+/// In heterogeneous mode, the placement ids a vGPU of `type_gib` can take on the board
+/// `model` whose VFs are `vfs`, lowest first; `None` when the board is unknown.
+pub fn free_placement_ids(model: &str, type_gib: u64, vfs: &[sriov::VfVgpu]) -> Option<Vec<u64>> {
     let board = catalog::nvidia_board_framebuffer_gib(model)?;
     let taken: Vec<(u64, u64)> = vfs
         .iter()
@@ -279,8 +286,7 @@ fn free_placements(model: &str, t: &MdevType, vfs: &[sriov::VfVgpu]) -> Option<u
             Some((v.placement_id?, gib))
         })
         .collect();
-    let free = catalog::nvidia_free_placements(board, t.framebuffer_bytes() >> 30, &taken);
-    u32::try_from(free.len()).ok()
+    Some(catalog::nvidia_free_placements(board, type_gib, &taken))
 }
 
 /// The framebuffer size a type's name gives (`L40S-4Q` = 4 GiB), for types no table knows.

@@ -4,8 +4,10 @@
 //! state can forget to tell them.
 //!
 //! Events are produced where the state is written (the device registry and the GPU
-//! inventory), under the lock that guards it, so their order is the order of the changes. A
-//! subscriber gets its own queue and a wake-up call; it drains the queue when it likes.
+//! inventory), under the lock that guards it. One call's events are delivered together
+//! ([`EventBus::batch`]); a device's are delivered before its UUID is released, so a later
+//! call's events about it come after. A subscriber gets its own queue and a wake-up call; it
+//! drains the queue when it likes.
 //! Sending never blocks and never fails: a subscriber that went away is dropped.
 
 use std::cell::RefCell;
@@ -107,6 +109,8 @@ pub struct Cause {
 
 thread_local! {
     static CAUSE: RefCell<Option<Arc<Cause>>> = const { RefCell::new(None) };
+    /// The events of the batch this thread is in ([`EventBus::batch`]), not sent yet.
+    static BATCH: RefCell<Option<Vec<Record>>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` (engine work, on this thread) with `cause` attached to every event it sends.
@@ -169,16 +173,62 @@ impl EventBus {
         Subscription { queue }
     }
 
-    /// Sends events to every subscriber, in order.
+    /// Sends events to every subscriber, in order (within a batch, when the batch is
+    /// flushed).
     pub fn send_all(&self, events: impl IntoIterator<Item = Event>) {
         let cause = CAUSE.with(|c| c.borrow().clone());
-        let records: Vec<Record> = events
+        let mut records: Vec<Record> = events
             .into_iter()
             .map(|event| Record {
                 event,
                 cause: cause.clone(),
             })
             .collect();
+        if records.is_empty() {
+            return;
+        }
+        let batched = BATCH.with(|b| match b.borrow_mut().as_mut() {
+            Some(pending) => {
+                pending.append(&mut records);
+                true
+            }
+            None => false,
+        });
+        if !batched {
+            self.deliver(records);
+        }
+    }
+
+    /// Runs `f` with the events it sends held back and delivered together when it ends (or
+    /// at [`EventBus::flush`]), so that subscribers see one call's changes as one batch: a
+    /// client gets one PropertiesChanged per object for them. Nested batches are one.
+    pub fn batch<T>(&self, f: impl FnOnce() -> T) -> T {
+        if BATCH.with(|b| b.borrow().is_some()) {
+            return f();
+        }
+        struct End<'a>(&'a EventBus);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                let pending = BATCH.with(|b| b.borrow_mut().take()).unwrap_or_default();
+                self.0.deliver(pending);
+            }
+        }
+        BATCH.with(|b| *b.borrow_mut() = Some(Vec::new()));
+        let _end = End(self);
+        f()
+    }
+
+    /// Delivers what the running batch holds now (the batch goes on). A change that other
+    /// calls may act on at once (a device whose UUID is released) is flushed under the lock
+    /// that guards it, so its events come before theirs.
+    pub fn flush(&self) {
+        let pending = BATCH.with(|b| b.borrow_mut().as_mut().map(std::mem::take));
+        if let Some(records) = pending {
+            self.deliver(records);
+        }
+    }
+
+    fn deliver(&self, records: Vec<Record>) {
         if records.is_empty() {
             return;
         }
@@ -308,6 +358,24 @@ mod tests {
         let got = sub.drain();
         assert_eq!(got[0].cause.as_deref(), Some(&cause));
         assert_eq!(got[1].cause, None, "the cause ends with the call");
+    }
+
+    #[test]
+    fn a_batch_is_delivered_at_once_when_it_ends_or_is_flushed() {
+        let bus = EventBus::default();
+        let sub = bus.subscribe(|| {});
+        let gone = |a: &str| Event::GpuRemoved { address: a.into() };
+        bus.batch(|| {
+            bus.send(gone("a"));
+            bus.batch(|| bus.send(gone("b")));
+            assert!(sub.drain().is_empty(), "held back, also by the inner batch");
+            bus.flush();
+            assert_eq!(sub.drain().len(), 2, "flushed");
+            bus.send(gone("c"));
+        });
+        assert_eq!(sub.drain().len(), 1, "delivered when the batch ends");
+        bus.send(gone("d"));
+        assert_eq!(sub.drain().len(), 1, "outside a batch at once");
     }
 
     #[test]

@@ -658,6 +658,12 @@ impl Engine {
     /// sum over the GPUs offering it (only `req.parent`, and only GPUs on `req.numa_node`
     /// when given) of what each can take.
     pub fn capacity(&self, req: &CreateRequest) -> EngineResult<u32> {
+        if req
+            .type_query
+            .eq_ignore_ascii_case(crate::model::PASSTHROUGH_TYPE)
+        {
+            return self.passthrough_capacity(req);
+        }
         // A type no GPU offers is NotFound, as CreateDevice says, not a capacity of 0.
         let candidates = self.candidates(req)?;
         let mut total: u32 = 0;
@@ -674,6 +680,29 @@ impl Engine {
             total = total.saturating_add(now);
         }
         Ok(total)
+    }
+
+    /// How many GPUs (or the one `req.parent` names, a GPU or a VF) could be given whole to a
+    /// guest now.
+    fn passthrough_capacity(&self, req: &CreateRequest) -> EngineResult<u32> {
+        let addresses: Vec<String> = match &req.parent {
+            Some(p) => {
+                self.pci_function(p)?;
+                vec![p.clone()]
+            }
+            None => self
+                .list_gpus()
+                .into_iter()
+                .filter(|g| g.class >> 16 == 0x03)
+                .filter(|g| req.numa_node.is_none() || g.numa_node == req.numa_node)
+                .map(|g| g.address)
+                .collect(),
+        };
+        let free = addresses
+            .iter()
+            .filter(|a| self.can_pass_through(a))
+            .count();
+        Ok(u32::try_from(free).unwrap_or(u32::MAX))
     }
 
     /// Explains why a GPU has no room for a type.
@@ -812,24 +841,27 @@ struct InFlight<'a> {
 impl InFlight<'_> {
     /// Releases the UUID, recording the device as it now is (`None`: vgpud no longer knows
     /// it).
+    ///
+    /// The change's events (the device's, and the GPU's when a passthrough moved functions
+    /// between drivers) are delivered together, before the UUID is released.
     fn finish(self, device: Option<DeviceInfo>) {
-        let mut reg = lock(&self.engine.registry);
-        let passthrough =
-            |d: Option<&DeviceInfo>| d.is_some_and(|d| d.kind == DeviceKind::Passthrough);
-        let moved_functions =
-            passthrough(device.as_ref()) || passthrough(reg.devices.get(&self.uuid));
-        self.engine
-            .record(&mut reg, &self.uuid, device, events::Origin::Vgpud);
-        reg.in_flight.remove(&self.uuid);
-        reg.touched.insert(self.uuid.clone());
-        drop(reg);
-        // A passthrough moved functions between drivers: the GPU's driver (and what it
-        // offers) changed with them.
-        if moved_functions {
-            if let Err(e) = self.engine.rescan_gpus() {
-                tracing::warn!(uuid = %self.uuid, error = %e, "could not scan the GPUs again");
+        let engine = self.engine;
+        engine.events.batch(|| {
+            let mut reg = lock(&engine.registry);
+            let passthrough =
+                |d: Option<&DeviceInfo>| d.is_some_and(|d| d.kind == DeviceKind::Passthrough);
+            // The GPU's driver, and what it offers, changed with the functions. (The
+            // inventory's lock comes after the registry's.)
+            if passthrough(device.as_ref()) || passthrough(reg.devices.get(&self.uuid)) {
+                if let Err(e) = engine.rescan_gpus() {
+                    tracing::warn!(uuid = %self.uuid, error = %e, "could not scan the GPUs again");
+                }
             }
-        }
+            engine.record(&mut reg, &self.uuid, device, events::Origin::Vgpud);
+            engine.events.flush();
+            reg.in_flight.remove(&self.uuid);
+            reg.touched.insert(self.uuid.clone());
+        });
     }
 }
 

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 
 use super::lifecycle::VGPU_PARAMS;
 use super::{libc_errno, lock, CreateRequest, DeviceInfo, Engine, EngineError, EngineResult};
-use crate::discovery::console;
 use crate::discovery::pci::{self, PciFunction};
 use crate::discovery::sriov::{self, VfVgpu};
+use crate::discovery::{self, console};
 use crate::model::{DeviceKind, MdevType, MovedFunction, PASSTHROUGH_TYPE};
 use crate::persist::intent::Operation;
 use crate::persist::{self, state};
@@ -112,6 +112,42 @@ impl Engine {
         else {
             return Ok(Outcome::Refused(self.why_vfs_full(pf, ty, &states)));
         };
+        // In heterogeneous mode the driver takes the placement from vgpu_params when the
+        // type is written, so they go first; a placement asked for is checked here.
+        let heterogeneous = self.is_heterogeneous(pf);
+        if let Some(at) = making.params.map(placement_asked).transpose()?.flatten() {
+            if !heterogeneous {
+                return Err(EngineError::InvalidArgument(format!(
+                    "vgpu-placement-id={at} applies in heterogeneous mode, and {pf} is in equal-size mode (SetHeterogeneousMode)"
+                )));
+            }
+            let model = self.with_gpu(pf, |g| g.model.clone()).unwrap_or_default();
+            let type_gib = ty.framebuffer_bytes() >> 30;
+            let all = discovery::free_placement_ids(&model, type_gib, &[]).unwrap_or_default();
+            if !all.contains(&at) {
+                return Err(EngineError::InvalidArgument(format!(
+                    "vgpu-placement-id={at} is no placement of {} on {model} (its placements are {})",
+                    ty.name,
+                    all.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                )));
+            }
+            let free = discovery::free_placement_ids(&model, type_gib, &states).unwrap_or_default();
+            if !free.contains(&at) {
+                return Ok(Outcome::Refused(format!(
+                    "placement {at} is taken (free for {}: {})",
+                    ty.name,
+                    if free.is_empty() {
+                        "none".to_string()
+                    } else {
+                        free.iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                )));
+            }
+        }
+        let params_first = heterogeneous && making.params.is_some();
         let created = making.existing.unwrap_or_else(persist::now_unix);
         self.open_intent(
             making.uuid,
@@ -130,10 +166,22 @@ impl Engine {
             },
         )?;
         let dir = sriov::pci_dir(&self.host, &vf);
+        if let (true, Some(p)) = (params_first, making.params) {
+            if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), p) {
+                return Err(EngineError::InvalidArgument(format!(
+                    "the driver rejected {VGPU_PARAMS}={p:?} on VF {vf} ({e})"
+                )));
+            }
+        }
         if let Err(e) = self
             .host
             .write_attr(&dir.join(CURRENT_TYPE), &number.to_string())
         {
+            if params_first {
+                if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), " ") {
+                    tracing::warn!(%vf, error = %e, "could not clear vgpu_params");
+                }
+            }
             return match e.errno() {
                 Some(libc_errno::EPERM) => Ok(Outcome::Refused(format!(
                     "VF {vf} was given a vGPU by someone else meanwhile ({e})"
@@ -152,11 +200,13 @@ impl Engine {
         let mut attributes = BTreeMap::new();
         attributes.insert(CURRENT_TYPE.to_string(), number.to_string());
         if let Some(p) = making.params {
-            if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), p) {
-                self.clear_vf(&vf);
-                return Err(EngineError::InvalidArgument(format!(
-                    "the driver rejected {VGPU_PARAMS}={p:?} on VF {vf}, so the vGPU was not kept ({e})"
-                )));
+            if !params_first {
+                if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), p) {
+                    self.clear_vf(&vf);
+                    return Err(EngineError::InvalidArgument(format!(
+                        "the driver rejected {VGPU_PARAMS}={p:?} on VF {vf}, so the vGPU was not kept ({e})"
+                    )));
+                }
             }
             attributes.insert(VGPU_PARAMS.to_string(), p.to_string());
         }
@@ -262,14 +312,19 @@ impl Engine {
 
     // ---- passthrough ----------------------------------------------------------------------
 
-    /// Moves a GPU (every non-bridge function of its IOMMU group) or a VF to vfio-pci, with
-    /// the GPU's lock held; refuses, naming the reason, what is unsafe or in use.
-    pub(super) fn assign_passthrough(
+    /// Whether `address` can be given to a guest now, as a create without `force` would
+    /// find it (the console, devices on it or its VFs, its IOMMU group).
+    pub(super) fn can_pass_through(&self, address: &str) -> bool {
+        self.passthrough_functions(address, false).is_ok()
+    }
+
+    /// The checks of a passthrough: the physical function and the functions that would move
+    /// to vfio-pci, or why the GPU or VF cannot be given to a guest now.
+    fn passthrough_functions(
         &self,
         address: &str,
         force: bool,
-        making: &Making<'_>,
-    ) -> EngineResult<DeviceInfo> {
+    ) -> EngineResult<(String, Vec<PciFunction>)> {
         let target = self.pci_function(address)?;
         let pf = target
             .physical_function
@@ -323,6 +378,18 @@ impl Engine {
         }
         let moving: Vec<PciFunction> = members.into_iter().filter(|f| !f.is_bridge).collect();
         self.refuse_in_use(address, &pf, &moving, force)?;
+        Ok((pf, moving))
+    }
+
+    /// Moves a GPU (every non-bridge function of its IOMMU group) or a VF to vfio-pci, with
+    /// the GPU's lock held; refuses, naming the reason, what is unsafe or in use.
+    pub(super) fn assign_passthrough(
+        &self,
+        address: &str,
+        force: bool,
+        making: &Making<'_>,
+    ) -> EngineResult<DeviceInfo> {
+        let (pf, moving) = self.passthrough_functions(address, force)?;
         let moved = plan::moved_functions(&moving);
         let steps = plan::plan_bind_vfio(&moving);
         let created = making.existing.unwrap_or_else(persist::now_unix);
@@ -384,7 +451,10 @@ impl Engine {
             type_id: PASSTHROUGH_TYPE.to_string(),
             type_name: PASSTHROUGH_TYPE.to_string(),
             owner: making.owner.to_string(),
-            iommu_group: Some(group),
+            iommu_group: moving
+                .iter()
+                .find(|f| f.address == address)
+                .and_then(|f| f.iommu_group),
             attributes: BTreeMap::new(),
             active: true,
             persistent: making.persistent,
@@ -448,7 +518,14 @@ impl Engine {
                         .functions
                         .iter()
                         .any(|m| addresses.contains(&m.address.as_str())),
-                    DeviceKind::SriovVgpu => d.parent == address,
+                    // On the GPU asked for, or on a VF that would move (the VF a vGPU is
+                    // on is its address).
+                    DeviceKind::SriovVgpu => {
+                        d.parent == address
+                            || d.address
+                                .as_deref()
+                                .is_some_and(|vf| addresses.contains(&vf))
+                    }
                     DeviceKind::Mdev => {
                         addresses.contains(&d.parent.as_str())
                             || self.physical_of(&d.parent).as_deref() == Some(address)
@@ -863,4 +940,43 @@ fn vf_attributes(s: &VfVgpu) -> BTreeMap<String, String> {
 pub fn adopted_uuid(vf: &str, type_id: &str) -> String {
     const NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x7667_7075_6400_4000_8000_0000_0000_0001);
     uuid::Uuid::new_v5(&NAMESPACE, format!("{vf}/{type_id}").as_bytes()).to_string()
+}
+
+/// The placement `vgpu-placement-id=` in vgpu_params asks for: `None` when it asks none; a
+/// value that is no placement id (negative, not a number) is refused.
+fn placement_asked(params: &str) -> EngineResult<Option<u64>> {
+    let Some(value) = params
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix("vgpu-placement-id="))
+    else {
+        return Ok(None);
+    };
+    let value = value.trim();
+    value.parse::<u64>().map(Some).map_err(|_| {
+        EngineError::InvalidArgument(format!(
+            "vgpu-placement-id={:?} is no placement id (a whole number, 0 or more)",
+            value.chars().take(24).collect::<String>()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::placement_asked;
+
+    #[test]
+    fn the_placement_asked_for_is_read_from_vgpu_params() {
+        assert_eq!(placement_asked("frame_rate_limiter=0").expect("none"), None);
+        assert_eq!(
+            placement_asked("frame_rate_limiter=0, vgpu-placement-id=6").expect("6"),
+            Some(6)
+        );
+        for bad in [
+            "vgpu-placement-id=-1",
+            "vgpu-placement-id=abc",
+            "vgpu-placement-id=",
+        ] {
+            assert!(placement_asked(bad).is_err(), "{bad}");
+        }
+    }
 }
