@@ -217,3 +217,62 @@ async fn capacity_answers_for_every_type_create_takes() {
         .await
         .expect("remove");
 }
+
+#[tokio::test]
+async fn every_change_is_audited_once_with_its_caller_and_outcome() {
+    let s = Setup::new(&["mtty"]).await;
+    let m = s.manager().await;
+    let (uuid, _) = m.create_device("mtty-1", opts(&[])).await.expect("create");
+    m.remove_device(&uuid, HashMap::new())
+        .await
+        .expect("remove");
+    let err = m
+        .remove_device(&uuid, HashMap::new())
+        .await
+        .expect_err("gone");
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NotFound");
+    let me = std::process::id();
+    let lines = |log: &str, what: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.contains(&format!("audit: {what} {uuid}")))
+            .map(str::to_string)
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let log = loop {
+        let log = s.daemon.log_text();
+        if !lines(&log, "refused").is_empty() || std::time::Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let added = lines(&log, "device-added");
+    assert_eq!(added.len(), 1, "{log}");
+    assert!(
+        added[0].contains("by CreateDevice of uid 0") && added[0].contains("(ok)"),
+        "{}",
+        added[0]
+    );
+    let removed = lines(&log, "device-removed");
+    assert_eq!(removed.len(), 1, "{log}");
+    assert!(
+        removed[0].contains("by RemoveDevice of uid 0"),
+        "{}",
+        removed[0]
+    );
+    let refused = lines(&log, "refused");
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(
+        refused[0].contains("org.vgpud1.Error.NotFound")
+            && refused[0].contains("RemoveDevice")
+            && refused[0].contains("caller_pid"),
+        "{}",
+        refused[0]
+    );
+    // The caller's pid is this test process's: the bus told vgpud who called.
+    assert!(
+        added[0].contains(&format!("pid {me}")),
+        "{} (this test is pid {me})",
+        added[0]
+    );
+}
