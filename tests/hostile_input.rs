@@ -125,12 +125,8 @@ async fn domain_names_and_sizes_a_host_cannot_have_are_invalid_arguments() {
 
 #[tokio::test]
 async fn a_vf_count_a_gpu_cannot_have_is_invalid_even_when_it_is_busy() {
-    let s = Setup::new(&["nvidia-l40s"]).await;
+    let (s, gpu) = l40s_with_vfs().await;
     let m = s.manager().await;
-    let gpu = "0000:41:00.0";
-    m.set_vf_count(gpu, 32, HashMap::new())
-        .await
-        .expect("enable VFs");
     m.create_device("L40S-4Q", opts(&[("parent", gpu)]))
         .await
         .expect("a vGPU");
@@ -179,6 +175,18 @@ async fn the_vfs_of_a_gpu_passed_through_are_not_changed() {
         .expect("VFs once the GPU is back");
 }
 
+/// The L40S host with its VFs enabled, and its GPU.
+async fn l40s_with_vfs() -> (Setup, &'static str) {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let gpu = "0000:41:00.0";
+    s.manager()
+        .await
+        .set_vf_count(gpu, 32, HashMap::new())
+        .await
+        .expect("enable VFs");
+    (s, gpu)
+}
+
 /// The device's VF (its `Address`).
 async fn vf_of(s: &Setup, uuid: &str) -> String {
     common::proxy::device_proxy(&s.conn, uuid)
@@ -190,12 +198,8 @@ async fn vf_of(s: &Setup, uuid: &str) -> String {
 
 #[tokio::test]
 async fn a_vf_that_carries_another_tenants_vgpu_is_not_passed_through() {
-    let s = Setup::new(&["nvidia-l40s"]).await;
+    let (s, gpu) = l40s_with_vfs().await;
     let m = s.manager().await;
-    let gpu = "0000:41:00.0";
-    m.set_vf_count(gpu, 32, HashMap::new())
-        .await
-        .expect("enable VFs");
     let (tenant, _) = m
         .create_device("L40S-4Q", opts(&[("parent", gpu), ("owner", "tenant-a")]))
         .await
@@ -237,12 +241,8 @@ async fn a_vf_that_carries_another_tenants_vgpu_is_not_passed_through() {
 
 #[tokio::test]
 async fn a_placement_asked_for_is_checked_and_taken() {
-    let s = Setup::new(&["nvidia-l40s"]).await;
+    let (s, gpu) = l40s_with_vfs().await;
     let m = s.manager().await;
-    let gpu = "0000:41:00.0";
-    m.set_vf_count(gpu, 32, HashMap::new())
-        .await
-        .expect("enable VFs");
     let at = |id: &str| format!("frame_rate_limiter=0,vgpu-placement-id={id}");
     // Equal-size mode places nothing.
     let err = m

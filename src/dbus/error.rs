@@ -37,43 +37,39 @@ pub enum Error {
 }
 
 impl Error {
+    /// The D-Bus error name and, but for a bus-level error, the message.
+    fn parts(&self) -> (&'static str, Option<&String>) {
+        match self {
+            Error::ZBus(_) => ("org.freedesktop.zbus.Error", None),
+            Error::NotFound(m) => ("org.vgpud1.Error.NotFound", Some(m)),
+            Error::NoCapacity(m) => ("org.vgpud1.Error.NoCapacity", Some(m)),
+            Error::InvalidArgument(m) => ("org.vgpud1.Error.InvalidArgument", Some(m)),
+            Error::Exists(m) => ("org.vgpud1.Error.Exists", Some(m)),
+            Error::Busy(m) => ("org.vgpud1.Error.Busy", Some(m)),
+            Error::Failed(m) => ("org.vgpud1.Error.Failed", Some(m)),
+            Error::NotSupported(m) => ("org.vgpud1.Error.NotSupported", Some(m)),
+            Error::Unsafe(m) => ("org.vgpud1.Error.Unsafe", Some(m)),
+            Error::Libvirt(m) => ("org.vgpud1.Error.Libvirt", Some(m)),
+            Error::LibvirtUnavailable(m) => ("org.vgpud1.Error.LibvirtUnavailable", Some(m)),
+            Error::AccessDenied(m) => ("org.freedesktop.DBus.Error.AccessDenied", Some(m)),
+            Error::InteractiveAuthorizationRequired(m) => (
+                "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
+                Some(m),
+            ),
+        }
+    }
+
     /// The D-Bus error name.
     pub fn name(&self) -> &'static str {
-        match self {
-            Error::ZBus(_) => "org.freedesktop.zbus.Error",
-            Error::NotFound(_) => "org.vgpud1.Error.NotFound",
-            Error::NoCapacity(_) => "org.vgpud1.Error.NoCapacity",
-            Error::InvalidArgument(_) => "org.vgpud1.Error.InvalidArgument",
-            Error::Exists(_) => "org.vgpud1.Error.Exists",
-            Error::Busy(_) => "org.vgpud1.Error.Busy",
-            Error::Failed(_) => "org.vgpud1.Error.Failed",
-            Error::NotSupported(_) => "org.vgpud1.Error.NotSupported",
-            Error::Unsafe(_) => "org.vgpud1.Error.Unsafe",
-            Error::Libvirt(_) => "org.vgpud1.Error.Libvirt",
-            Error::LibvirtUnavailable(_) => "org.vgpud1.Error.LibvirtUnavailable",
-            Error::AccessDenied(_) => "org.freedesktop.DBus.Error.AccessDenied",
-            Error::InteractiveAuthorizationRequired(_) => {
-                "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
-            }
-        }
+        self.parts().0
     }
 
     /// The message.
     pub fn message(&self) -> String {
-        match self {
-            Error::ZBus(e) => e.to_string(),
-            Error::NotFound(m)
-            | Error::NoCapacity(m)
-            | Error::InvalidArgument(m)
-            | Error::Exists(m)
-            | Error::Busy(m)
-            | Error::Failed(m)
-            | Error::NotSupported(m)
-            | Error::Unsafe(m)
-            | Error::Libvirt(m)
-            | Error::LibvirtUnavailable(m)
-            | Error::AccessDenied(m)
-            | Error::InteractiveAuthorizationRequired(m) => m.clone(),
+        match (self, self.parts().1) {
+            (_, Some(m)) => m.clone(),
+            (Error::ZBus(e), None) => e.to_string(),
+            (_, None) => String::new(),
         }
     }
 
@@ -94,21 +90,7 @@ impl zbus::DBusError for Error {
     }
 
     fn description(&self) -> Option<&str> {
-        match self {
-            Error::ZBus(_) => None,
-            Error::NotFound(m)
-            | Error::NoCapacity(m)
-            | Error::InvalidArgument(m)
-            | Error::Exists(m)
-            | Error::Busy(m)
-            | Error::Failed(m)
-            | Error::NotSupported(m)
-            | Error::Unsafe(m)
-            | Error::Libvirt(m)
-            | Error::LibvirtUnavailable(m)
-            | Error::AccessDenied(m)
-            | Error::InteractiveAuthorizationRequired(m) => Some(m),
-        }
+        self.parts().1.map(String::as_str)
     }
 
     fn create_reply(&self, call: &zbus::message::Header<'_>) -> zbus::Result<zbus::Message> {
