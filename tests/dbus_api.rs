@@ -755,6 +755,16 @@ async fn without_polkitd_only_root_is_let_in() {
         "{}",
         String::from_utf8_lossy(&introspect.stderr)
     );
+    // Signals carry owners too: nobody, subscribed, receives none of them while root
+    // creates a device.
+    let monitor = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "timeout", "3", "gdbus"])
+        .args(["monitor", "--address", &bus.address, "--dest", "org.vgpud1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv, timeout and gdbus");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     // root may.
     bus.busctl_call(
         "/org/vgpud1",
@@ -763,6 +773,17 @@ async fn without_polkitd_only_root_is_let_in() {
         &["sa{sv}", "mtty-1", "0"],
     )
     .expect("root creates");
+    let watched = monitor.wait_with_output().expect("gdbus monitor");
+    let seen = String::from_utf8_lossy(&watched.stdout);
+    assert!(
+        seen.contains("Monitoring signals") || seen.is_empty(),
+        "the monitor ran: {seen} {}",
+        String::from_utf8_lossy(&watched.stderr)
+    );
+    assert!(
+        !seen.contains("DeviceCreated") && !seen.contains("InterfacesAdded"),
+        "nobody received vgpud's signals: {seen}"
+    );
 }
 
 #[tokio::test]
