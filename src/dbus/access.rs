@@ -65,7 +65,8 @@ pub struct Caller {
     pub unit: Option<String>,
 }
 
-/// How long an answer of polkit (or a caller's credentials) is kept.
+/// How long a yes of polkit (or root's, without polkitd), or a caller's credentials, are
+/// kept. A no is not kept: the next call asks again.
 const KEEP: Duration = Duration::from_secs(5);
 /// At most this many answers are kept; past it, expired ones are dropped first.
 const KEEP_MAX: usize = 4096;
@@ -75,6 +76,7 @@ pub struct Access {
     conn: Connection,
     answers: Mutex<HashMap<(String, Action), (Instant, bool)>>,
     callers: Mutex<HashMap<String, (Instant, Caller)>>,
+    authority: Mutex<Option<AuthorityProxy<'static>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -99,6 +101,7 @@ impl Access {
             conn,
             answers: Mutex::new(HashMap::new()),
             callers: Mutex::new(HashMap::new()),
+            authority: Mutex::new(None),
         }
     }
 
@@ -141,6 +144,7 @@ impl Access {
             ))),
             Err(why) => {
                 if caller.uid == Some(0) {
+                    keep(&mut lock(&self.answers), key, true);
                     return Ok(caller);
                 }
                 Err(Error::access_denied(format!(
@@ -159,9 +163,7 @@ impl Access {
         interactive: bool,
     ) -> std::result::Result<zbus_polkit::policykit1::AuthorizationResult, String> {
         let subject = Subject::new_for_message_header(header).map_err(|e| e.to_string())?;
-        let authority = AuthorityProxy::new(&self.conn)
-            .await
-            .map_err(|e| e.to_string())?;
+        let authority = self.authority().await.map_err(|e| e.to_string())?;
         let flags = if interactive {
             CheckAuthorizationFlags::ALLOW_USER_INTERACTION
         } else {
@@ -181,6 +183,20 @@ impl Access {
             })
     }
 
+    /// polkit's authority, made once (without the property cache a proxy makes by default,
+    /// which would cost a call of its own).
+    async fn authority(&self) -> zbus::Result<AuthorityProxy<'static>> {
+        if let Some(a) = lock(&self.authority).clone() {
+            return Ok(a);
+        }
+        let a = AuthorityProxy::builder(&self.conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await?;
+        *lock(&self.authority) = Some(a.clone());
+        Ok(a)
+    }
+
     /// The caller of a message, from the bus's credentials of its connection.
     pub async fn caller(&self, header: &Header<'_>) -> Caller {
         let Some(name) = header.sender().map(|s| s.to_string()) else {
@@ -195,7 +211,11 @@ impl Access {
             name: name.clone(),
             ..Caller::default()
         };
-        if let Ok(dbus) = zbus::fdo::DBusProxy::new(&self.conn).await {
+        let dbus = zbus::fdo::DBusProxy::builder(&self.conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await;
+        if let Ok(dbus) = dbus {
             if let Ok(bus_name) = zbus::names::BusName::try_from(name.as_str()) {
                 if let Ok(creds) = dbus.get_connection_credentials(bus_name).await {
                     caller.uid = creds.unix_user_id();
