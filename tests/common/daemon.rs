@@ -122,6 +122,14 @@ pub struct TestBus {
 impl TestBus {
     /// Starts a dbus-daemon on a socket in a temporary directory.
     pub fn start(policy: Policy) -> Self {
+        Self::start_with_services(policy, None)
+    }
+
+    /// Like [`TestBus::start`], reading bus activation files from `services` when given.
+    pub fn start_with_services(policy: Policy, services: Option<&Path>) -> Self {
+        let services = services
+            .map(|d| format!("<servicedir>{}</servicedir>", d.display()))
+            .unwrap_or_default();
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("bus");
         let policy_xml = match policy {
@@ -158,6 +166,7 @@ impl TestBus {
   <type>system</type>
   <listen>unix:path={}</listen>
   <auth>EXTERNAL</auth>
+  {services}
   {policy_xml}
   <limit name="max_replies_per_connection">50000</limit>
   <limit name="max_connections_per_user">10000</limit>
@@ -346,6 +355,28 @@ impl Daemon {
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Stops the daemon with SIGTERM and returns its exit status, or `None` when it is still
+    /// running after `limit` (it is then left running, for the caller to report).
+    pub fn stop_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Stops the daemon with SIGTERM and returns its exit status.
