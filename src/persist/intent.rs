@@ -143,9 +143,43 @@ pub const WHAT: &str = "intent (its operation is not replayed)";
 /// the UUID its name says) is set aside as `<name>.json.bad` and reported once; an intent
 /// of a newer version is an error.
 pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
-    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |i: &Intent| i.uuid.as_str())?;
+    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, check)?;
     out.sort_by_key(|i| (i.started, i.uuid.clone()));
     Ok(out)
+}
+
+/// An intent names its own UUID, and every name its replay puts in a path is plain.
+fn check(i: &Intent, key: &str) -> Result<(), String> {
+    super::names_its_uuid(&i.uuid, key)?;
+    let (parent, address, functions) = match &i.operation {
+        Operation::Create { parent, .. } => (parent.as_deref(), None, &[][..]),
+        Operation::Remove { parent }
+        | Operation::Start { parent }
+        | Operation::Stop { parent }
+        | Operation::Modify { parent, .. } => (Some(parent.as_str()), None, &[][..]),
+        Operation::Assign {
+            parent,
+            address,
+            functions,
+            ..
+        }
+        | Operation::Release {
+            parent,
+            address,
+            functions,
+            ..
+        } => (
+            Some(parent.as_str()),
+            Some(address.as_str()),
+            functions.as_slice(),
+        ),
+    };
+    for (field, name) in [("parent", parent), ("address", address)] {
+        if let Some(name) = name {
+            super::plain_name(field, name)?;
+        }
+    }
+    super::plain_functions(functions)
 }
 
 #[cfg(test)]

@@ -561,16 +561,54 @@ pub(crate) fn list_dir(dir: &Path) -> PersistResult<Vec<(String, fs::FileType)>>
     Ok(out)
 }
 
+/// Checks that `value`, which becomes one component of a path (a parent's name, a PCI
+/// address, a driver), is a plain file name: never empty, `.`, `..`, or holding a `/`.
+pub(crate) fn plain_name(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || value == "." || value == ".." || value.contains(['/', '\0']) {
+        return Err(format!("its {field} {value:?} is not a plain name"));
+    }
+    Ok(())
+}
+
+/// [`plain_name`] for the addresses and drivers of passthrough functions.
+pub(crate) fn plain_functions(functions: &[crate::model::MovedFunction]) -> Result<(), String> {
+    for f in functions {
+        plain_name("function", &f.address)?;
+        if let Some(driver) = &f.driver {
+            plain_name("driver", driver)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a file names itself as its file name (`<key>.json`) does.
+pub(crate) fn names_its_file(named: &str, key: &str) -> Result<(), String> {
+    if named != key {
+        return Err(format!("it names {named:?}, its file name {key:?}"));
+    }
+    Ok(())
+}
+
+/// Checks that a file of a device names it by its UUID, lowercase, as its file name does.
+pub(crate) fn names_its_uuid(uuid: &str, key: &str) -> Result<(), String> {
+    names_its_file(uuid, key)?;
+    match crate::model::normalize_uuid(uuid) {
+        Some(u) if u == uuid => Ok(()),
+        _ => Err(format!("{uuid:?} is not a lowercase UUID")),
+    }
+}
+
 /// Reads every `<key>.json` file of `dir` as a `T` (a missing directory holds none): each
-/// must be JSON of format `version` at most `supported`, a `T`, and name itself (`key_of`)
-/// as its file name does. A bad file is set aside as a bad `what` and the others are read;
-/// a file of a newer format is an error, so vgpud never drops what a newer vgpud wrote.
-/// Other names (temporary files, files set aside) are not vgpud's to read.
+/// must be JSON of format `version` at most `supported`, a `T`, and pass `check` (given the
+/// key: it names itself as its file name does, and every name it holds that vgpud puts in
+/// a path is plain). A bad file is set aside as a bad `what` and the others are read; a file
+/// of a newer format is an error, so vgpud never drops what a newer vgpud wrote. Other names
+/// (temporary files, files set aside) are not vgpud's to read.
 pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
     dir: &Path,
     what: &str,
     supported: u32,
-    key_of: impl Fn(&T) -> &str,
+    check: impl Fn(&T, &str) -> Result<(), String>,
 ) -> PersistResult<Vec<T>> {
     let mut out = Vec::new();
     for (name, _) in list_dir(dir)? {
@@ -596,12 +634,7 @@ pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
             }
             let record: T = serde_json::from_value(value)
                 .map_err(|e| Refused::Bad(format!("not a {what}: {e}")))?;
-            let named = key_of(&record);
-            if named != key {
-                return Err(Refused::Bad(format!(
-                    "it names {named:?}, its file name {key:?}"
-                )));
-            }
+            check(&record, key).map_err(Refused::Bad)?;
             Ok(record)
         })?;
         if let Loaded::Good(record) = parsed {
@@ -760,7 +793,12 @@ mod tests {
         write("notes.txt", "not json, not ours");
         write(".b.json.vgpud-tmp-1-2", "temporary");
         fs::write(d.join("latin1.json"), b"\xff").expect("write");
-        let read = |d: &Path| read_json_dir(d, "test record", 1, |r: &Rec| r.key.as_str());
+        let read = |d: &Path| {
+            read_json_dir(d, "test record", 1, |r: &Rec, key| {
+                names_its_file(&r.key, key)?;
+                plain_name("key", &r.key)
+            })
+        };
         let good = read(d).expect("read");
         assert_eq!(
             good,

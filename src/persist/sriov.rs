@@ -74,7 +74,10 @@ pub const WHAT: &str = "SR-IOV settings file (its VF count is not restored)";
 /// Every recorded setting, by address. A bad file is set aside as `<gpu>.json.bad` and
 /// reported once; a newer format version is an error.
 pub fn read_all(host: &Host) -> PersistResult<Vec<GpuSettings>> {
-    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |r: &GpuSettings| r.pf.as_str())?;
+    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |r: &GpuSettings, key| {
+        super::names_its_file(&r.pf, key)?;
+        super::plain_name("address", &r.pf)
+    })?;
     out.sort_by(|a, b| a.pf.cmp(&b.pf));
     Ok(out)
 }

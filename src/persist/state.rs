@@ -115,11 +115,19 @@ pub const WHAT: &str = "device record";
 /// once; a record of a newer version is an error, so vgpud never drops what a newer vgpud
 /// wrote.
 pub fn read_all(host: &Host) -> PersistResult<Vec<DeviceRecord>> {
-    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, |r: &DeviceRecord| {
-        r.uuid.as_str()
-    })?;
+    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, check)?;
     out.sort_by(|a, b| a.uuid.cmp(&b.uuid));
     Ok(out)
+}
+
+/// A record names its own UUID, and every name vgpud puts in a path is plain.
+fn check(r: &DeviceRecord, key: &str) -> Result<(), String> {
+    super::names_its_uuid(&r.uuid, key)?;
+    super::plain_name("parent", &r.parent)?;
+    if let Some(address) = &r.address {
+        super::plain_name("address", address)?;
+    }
+    super::plain_functions(&r.functions)
 }
 
 #[cfg(test)]
@@ -156,5 +164,34 @@ mod tests {
         assert!(read_all(&host).is_err());
         assert!(remove(&host, &rec.uuid).expect("remove"));
         assert!(read_all(&host).expect("read").is_empty());
+    }
+
+    #[test]
+    fn a_record_with_a_path_in_its_names_is_set_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let uuid = "a1b2c3d4-0000-4000-8000-000000000009";
+        std::fs::create_dir_all(super::dir(&host)).expect("dir");
+        for (name, text) in [
+            (
+                uuid.to_string(),
+                format!(
+                    r#"{{"version":1,"uuid":"{uuid}","kind":"mdev","parent":"../../etc","type_id":"t","owner":"","created":0,"persistent":true,"autostart":true}}"#
+                ),
+            ),
+            (
+                uuid.to_uppercase(),
+                format!(
+                    r#"{{"version":1,"uuid":"{}","kind":"mdev","parent":"p","type_id":"t","owner":"","created":0,"persistent":true,"autostart":true}}"#,
+                    uuid.to_uppercase()
+                ),
+            ),
+        ] {
+            let file = super::dir(&host).join(format!("{name}.json"));
+            std::fs::write(&file, text).expect("write");
+            assert!(read_all(&host).expect("read").is_empty());
+            assert!(!file.exists());
+            assert!(file.with_file_name(format!("{name}.json.bad")).exists());
+        }
     }
 }
