@@ -758,7 +758,14 @@ async fn without_polkitd_only_root_is_let_in() {
     // Signals carry owners too: nobody, subscribed, receives none of them while root
     // creates a device.
     let monitor = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "timeout", "3", "gdbus"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "timeout",
+            "3",
+            "gdbus",
+        ])
         .args(["monitor", "--address", &bus.address, "--dest", "org.vgpud1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
