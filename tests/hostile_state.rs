@@ -193,6 +193,12 @@ fn assert_set_aside_once(daemon: &Daemon, path: &Path) {
     assert!(lines[0].contains("WARN"), "{}", lines[0]);
 }
 
+/// Writes a bad file at `path`, making its directory if need be.
+fn plant(path: &Path, content: impl AsRef<[u8]>) {
+    std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
+    std::fs::write(path, content).expect("write");
+}
+
 fn mkfifo(path: &Path) {
     nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
 }
@@ -218,7 +224,7 @@ async fn survives(h: &Host, path: &Path, owner_lost: &[&str]) -> Daemon {
 async fn a_malformed_record() {
     let h = Host::new().await;
     let path = h.record(&h.manual);
-    std::fs::write(&path, r#"{"version": 1, "uuid": "#).expect("write");
+    plant(&path, r#"{"version": 1, "uuid": "#);
     survives(&h, &path, &[&h.manual]).await;
 }
 
@@ -226,7 +232,7 @@ async fn a_malformed_record() {
 async fn an_empty_record() {
     let h = Host::new().await;
     let path = h.record(&h.manual);
-    std::fs::write(&path, "").expect("write");
+    plant(&path, "");
     survives(&h, &path, &[&h.manual]).await;
 }
 
@@ -265,8 +271,7 @@ async fn a_record_of_another_uuid() {
 async fn a_garbage_intent() {
     let h = Host::new().await;
     let path = h.path(&format!("var/lib/vgpud/intents/{}.json", h.auto));
-    std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
-    std::fs::write(&path, "\x00garbage\x07").expect("write");
+    plant(&path, "\x00garbage\x07");
     survives(&h, &path, &[]).await;
 }
 
@@ -274,8 +279,7 @@ async fn a_garbage_intent() {
 async fn an_unexpected_file_in_intents() {
     let h = Host::new().await;
     let path = h.path("var/lib/vgpud/intents/notes.json");
-    std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
-    std::fs::write(&path, r#"{"hello": "world"}"#).expect("write");
+    plant(&path, r#"{"hello": "world"}"#);
     survives(&h, &path, &[]).await;
 }
 
@@ -312,8 +316,7 @@ async fn a_symlink_where_a_record_should_be() {
 async fn a_bad_sriov_settings_file() {
     let h = Host::new().await;
     let path = h.path("var/lib/vgpud/sriov/0000:41:00.0.json");
-    std::fs::create_dir_all(path.parent().expect("dir")).expect("dir");
-    std::fs::write(&path, "[").expect("write");
+    plant(&path, "[");
     survives(&h, &path, &[]).await;
 }
 
