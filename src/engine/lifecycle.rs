@@ -647,11 +647,10 @@ impl Engine {
 
     /// The attributes a start writes: the definition's, else the parameters vgpud recorded.
     pub(super) fn definition_attrs(&self, info: &DeviceInfo) -> Vec<(String, String)> {
-        let path = mdevctl::path(&self.host, &info.parent, &info.uuid);
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            if let Ok(def) = mdevctl::Definition::parse(&info.parent, &info.uuid, &text, &path) {
-                return def.attrs;
-            }
+        // Through the one state-file reader: a link, FIFO or malformed file there is set
+        // aside, never followed or waited on.
+        if let Ok(Some(def)) = mdevctl::read(&self.host, &info.parent, &info.uuid) {
+            return def.attrs;
         }
         info.attributes
             .get(VGPU_PARAMS)
