@@ -264,6 +264,28 @@ impl Engine {
         };
         let claim = self.claim(&uuid, true)?;
         let held = lock(&gpu_lock);
+        // One passthrough device per function: a stopped one keeps its claim, else starting
+        // it would find the function already on vfio-pci and two devices would hold it.
+        let defined = lock(&self.registry)
+            .devices
+            .values()
+            .find(|d| {
+                d.kind == DeviceKind::Passthrough
+                    && (d.address.as_deref() == Some(address.as_str())
+                        || d.functions.iter().any(|f| f.address == *address))
+            })
+            .map(|d| (d.uuid.clone(), d.active));
+        if let Some((other, active)) = defined {
+            return Err(EngineError::Busy(format!(
+                "{address} is passthrough device {other} already ({}); {}",
+                if active { "active" } else { "defined, not active" },
+                if active {
+                    "remove it first"
+                } else {
+                    "start it (StartDevice) or remove it first"
+                }
+            )));
+        }
         let result = self.assign_passthrough(address, req.force, &Making::from_request(&uuid, req));
         drop(held);
         self.close_intent(&uuid);

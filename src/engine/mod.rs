@@ -212,15 +212,23 @@ impl Engine {
             autostart_pending: Mutex::new(BTreeSet::new()),
             events: EventBus::default(),
         };
-        // A GPU recorded in heterogeneous mode that runs vGPUs is still in it (a reboot or
-        // driver reload would have ended the vGPUs); the restore sets it again otherwise.
+        engine.rescan_gpus()?;
+        // A GPU recorded in heterogeneous mode whose VFs are enabled is still in it (only a
+        // driver start ends the mode, and sriov-manage or a reboot leave the VFs off); the
+        // restore sets it again otherwise, when it enables the VFs.
+        // The same for a mode set without `persistent`, kept under run/ until a reboot.
+        let mut heterogeneous = engine.runtime_modes();
         if let Ok(records) = crate::persist::sriov::read_all(&engine.host) {
-            let mut modes = lock(&engine.modes);
-            for r in records.iter().filter(|r| r.heterogeneous) {
-                modes.insert(r.pf.clone(), true);
+            heterogeneous.extend(records.into_iter().filter(|r| r.heterogeneous).map(|r| r.pf));
+        }
+        for pf in heterogeneous {
+            let vfs_on = engine
+                .with_gpu(&pf, |g| g.sriov.as_ref().is_some_and(|s| s.num_vfs > 0))
+                .unwrap_or(false);
+            if vfs_on {
+                lock(&engine.modes).insert(pf, true);
             }
         }
-        engine.rescan_gpus()?;
         engine.replay_intents()?;
         engine.refresh(true)?;
         Ok(engine)

@@ -40,7 +40,9 @@ impl Engine {
             .map_err(|e| EngineError::persist(format!("reading the settings of {pf}"), e))
     }
 
-    /// Records a GPU's heterogeneous mode and tells the event stream when it changed.
+    /// Records a GPU's heterogeneous mode and tells the event stream when it changed. The
+    /// mode the driver is in is also kept under `run/vgpud/modes/` (gone at a reboot, as the
+    /// mode is), so a restarted vgpud knows it also when it was not set persistently.
     fn set_mode(&self, pf: &str, enabled: bool) {
         let mut modes = lock(&self.modes);
         if modes.insert(pf.to_string(), enabled).unwrap_or(false) != enabled {
@@ -49,6 +51,35 @@ impl Engine {
                 heterogeneous: enabled,
             });
         }
+        let file = runtime_mode_path(&self.host, pf);
+        let kept = if enabled {
+            std::fs::create_dir_all(self.host.run(RUNTIME_MODES))
+                .and_then(|()| std::fs::write(&file, "heterogeneous\n"))
+        } else {
+            std::fs::remove_file(&file).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            })
+        };
+        if let Err(e) = kept {
+            tracing::warn!(%pf, path = %file.display(), error = %e, "could not keep the vGPU mode for a restart");
+        }
+    }
+
+    /// The GPUs whose driver is in heterogeneous mode as vgpud last set it since the boot.
+    pub(super) fn runtime_modes(&self) -> Vec<String> {
+        let dir = self.host.run(RUNTIME_MODES);
+        self.host
+            .list_dir(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|pf| {
+                matches!(
+                    persist::read_state_file(&dir.join(pf), 64),
+                    Ok(Some(text)) if text.trim() == "heterogeneous"
+                )
+            })
+            .collect()
     }
 
     /// Whether a GPU is in NVIDIA's heterogeneous (mixed-size) vGPU mode, as vgpud set it.
@@ -303,4 +334,11 @@ impl Engine {
             })
             .collect()
     }
+}
+
+/// Where the heterogeneous mode of each GPU is kept while the host runs (below `run/`).
+const RUNTIME_MODES: &str = "vgpud/modes";
+
+fn runtime_mode_path(host: &crate::host::Host, pf: &str) -> std::path::PathBuf {
+    host.run(RUNTIME_MODES).join(pf)
 }
