@@ -30,13 +30,18 @@
 //! - errors are only the caller's kinds: never `Host`, `Persist` or `Xml` on a healthy
 //!   simulated host.
 //!
-//! Engine bugs found and not fixed yet are steered around; see [`known_bugs`].
+//! Engine bugs it found, all fixed (each seed fails on the engine before its fix):
+//! - a GPU defined as a stopped passthrough device was passed through again by another
+//!   create, and both then held it (seed 0x766770756470000a, nvidia-l40s);
+//! - a heterogeneous mode set without `persistent` was forgotten by a restart while the
+//!   driver stayed in it (seed 0x2007, nvidia-l40s);
+//! - a GPU recorded in heterogeneous mode read as in it after a restart although disabling
+//!   its VFs had ended the mode (seed 0x1007, nvidia-l40s).
 //!
 //! Environment: `VGPUD_PROPTEST_SEED` (the first case's seed, decimal or 0x hex, or `random`;
 //! case i runs seed + i), `VGPUD_PROPTEST_CASES` (cases per profile; by default 16, 14 and 10,
 //! 40 in all), `VGPUD_PROPTEST_STEPS` (steps per case, default 60), `VGPUD_PROPTEST_VERBOSE`
-//! (print every case's steps with their times), `VGPUD_PROPTEST_KNOWN_BUGS=1` (no detours
-//! around known bugs). A failure prints the case's seed, the command that replays it and
+//! (print every case's steps with their times). A failure prints the case's seed, the command that replays it and
 //! every step so far. `VGPUD_FUZZ_SEEDS=DIR` also collects the host files the cases see
 //! (descriptions, creatable types, definitions, records, intents built from the records) as
 //! seeds for the fuzz targets (`fuzz/seed-corpus` uses it).
@@ -296,8 +301,7 @@ fn choose(rng: &mut Rng, engine: &Engine, world: &World, profile: &str) -> Step 
                 Step::SetHeterogeneous {
                     pf,
                     enabled: rng.chance(60),
-                    // Known bug B1: a mode set without persistent is forgotten by a restart.
-                    persistent: rng.chance(70) || !known_bugs(),
+                    persistent: rng.chance(70),
                 }
             }
             89..=94 => Step::Poll,
@@ -355,18 +359,6 @@ fn create_step(rng: &mut Rng, engine: &Engine, world: &World) -> Step {
         5 if rng.chance(20) => Some("0000:ff:1f.7".into()),
         _ => None,
     };
-    if req.type_query == "passthrough" && !known_bugs() {
-        // Known bug A (see KNOWN_BUGS): a second passthrough of a GPU whose first one is
-        // defined and stopped makes both active at the next look.
-        if let Some(gpu) = &req.parent {
-            let stopped_here = engine.list_devices().iter().any(|d| {
-                d.kind == DeviceKind::Passthrough && !d.active && d.address.as_deref() == Some(gpu)
-            });
-            if stopped_here {
-                req.parent = None;
-            }
-        }
-    }
     req.policy = [None, Some(Policy::Pack), Some(Policy::Spread)][rng.below(3)];
     if rng.chance(20) {
         req.numa_node = Some(rng.below(2) as u32);
@@ -1176,15 +1168,6 @@ impl Case {
                     ));
                 }
                 for (gpu, h) in heterogeneous {
-                    // Known bug B2: with its VFs disabled, a GPU recorded in heterogeneous
-                    // mode reads as in it after a restart (and not before).
-                    let vfs_off = engine
-                        .gpu(&gpu)
-                        .and_then(|g| g.sriov)
-                        .is_some_and(|s| s.num_vfs == 0);
-                    if vfs_off && !known_bugs() {
-                        continue;
-                    }
                     if engine.is_heterogeneous(&gpu) != h {
                         return Err(format!(
                             "a restart changed the heterogeneous mode of {gpu} (was {h})"
@@ -1345,23 +1328,6 @@ fn intents_of(r: &DeviceRecord) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 // The driver.
 
-/// Engine bugs this test found, reported and not fixed yet. The test steers around each
-/// (comments at the places say how) so that it guards everything else;
-/// `VGPUD_PROPTEST_KNOWN_BUGS=1` takes the detours away to reproduce them:
-///
-/// - A: passthrough. With a persistent passthrough device of a GPU defined and stopped, a
-///   create of another passthrough of the same GPU succeeds; at the next poll the first
-///   one reads as active too (drift `started-externally`), so two active devices hold one
-///   GPU, and a restart lists the first one active (seed 0x766770756470000a, nvidia-l40s).
-/// - B1: heterogeneous mode set with `persistent` false is forgotten by a restart, while
-///   the GPU's driver stays in it (seed 0x2007, nvidia-l40s).
-/// - B2: a GPU set to heterogeneous mode with `persistent`, whose VFs are then disabled
-///   (which resets the driver's mode), reads as not heterogeneous, and after a restart as
-///   heterogeneous (its record still says so) (seed 0x1007, nvidia-l40s).
-fn known_bugs() -> bool {
-    std::env::var_os("VGPUD_PROPTEST_KNOWN_BUGS").is_some_and(|v| v != "0")
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     let v = v.trim();
@@ -1424,9 +1390,8 @@ fn run_case(profile: &str, seed: u64, steps: usize, test: &str) -> Result<usize,
     let fail = |log: &[String], step: usize, what: &str| -> String {
         format!(
             "engine_properties: invariant violated on profile {profile}, seed {seed:#x}, step {step}:\n  {what}\n\
-             replay: {}VGPUD_PROPTEST_SEED={seed:#x} VGPUD_PROPTEST_CASES=1 VGPUD_PROPTEST_STEPS={} \
+             replay: VGPUD_PROPTEST_SEED={seed:#x} VGPUD_PROPTEST_CASES=1 VGPUD_PROPTEST_STEPS={} \
              cargo test --test engine_properties {test}\nsteps:\n{}",
-            if known_bugs() { "VGPUD_PROPTEST_KNOWN_BUGS=1 " } else { "" },
             step + 1,
             log.join("\n")
         )

@@ -278,7 +278,11 @@ impl Engine {
         if let Some((other, active)) = defined {
             return Err(EngineError::Busy(format!(
                 "{address} is passthrough device {other} already ({}); {}",
-                if active { "active" } else { "defined, not active" },
+                if active {
+                    "active"
+                } else {
+                    "defined, not active"
+                },
                 if active {
                     "remove it first"
                 } else {

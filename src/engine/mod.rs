@@ -219,7 +219,12 @@ impl Engine {
         // The same for a mode set without `persistent`, kept under run/ until a reboot.
         let mut heterogeneous = engine.runtime_modes();
         if let Ok(records) = crate::persist::sriov::read_all(&engine.host) {
-            heterogeneous.extend(records.into_iter().filter(|r| r.heterogeneous).map(|r| r.pf));
+            heterogeneous.extend(
+                records
+                    .into_iter()
+                    .filter(|r| r.heterogeneous)
+                    .map(|r| r.pf),
+            );
         }
         for pf in heterogeneous {
             let vfs_on = engine
