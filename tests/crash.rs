@@ -238,9 +238,14 @@ async fn sigkill_at_random_moments_loses_and_leaks_nothing() {
         l.confirmed_removes,
         l.promised.len()
     );
+    // A guard that the kills fell among work (the invariants above are the test): a
+    // durable create takes 40-80 ms on a busy 2-core machine and a window 5-155 ms, so
+    // one create confirmed per five kills is the floor; quiet machines confirm one or more
+    // per kill.
     assert!(
-        l.confirmed_creates > kills / 2,
-        "the clients got work done between kills"
+        l.confirmed_creates > kills / 5,
+        "the clients got work done between kills: {} creates confirmed in {kills} rounds",
+        l.confirmed_creates
     );
     drop(daemon);
 }
