@@ -16,17 +16,13 @@ use vgpud::xml::{
     VdiDomain, XmlError, DOMAIN_FRAGMENT_LISTS, DOMAIN_VARIABLES,
 };
 
-/// The user template directory of this process (`/dev/shm` when there is one: a file is
-/// written per input).
+/// The user template directory of this process, in the temporary directory (`fuzz/run`
+/// points `TMPDIR` at its scratch directory, which it removes: libFuzzer exits without
+/// running destructors).
 fn user_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let base = ["/dev/shm", "/tmp"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_dir())
-            .unwrap_or_else(std::env::temp_dir);
-        let dir = base.join(format!("vgpud-fuzz-templates-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("vgpud-fuzz-templates-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("template directory");
         dir
     })
