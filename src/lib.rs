@@ -25,6 +25,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod discovery;
 pub mod engine;
+pub mod gpu_control;
 pub mod hook;
 pub mod host;
 pub mod libvirt;

@@ -4,12 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// A PCI vendor id.
-pub const VENDOR_NVIDIA: u16 = 0x10de;
-/// A PCI vendor id.
-pub const VENDOR_INTEL: u16 = 0x8086;
-/// A PCI vendor id.
-pub const VENDOR_AMD: u16 = 0x1002;
+pub use vgpud_catalog::{VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA};
 
 /// A way a GPU can be shared with guests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,0 +1,1 @@
+//! The simulated NVIDIA driver state (test double).

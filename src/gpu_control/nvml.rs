@@ -1,0 +1,2 @@
+//! [`NvmlControl`]: the control plane over `nvml-wrapper` (and, for the calls it lacks, the
+//! `vgpud-nvml-raw` crate).
