@@ -33,7 +33,10 @@ const PCI_MODELS: &[(u16, u16, &str)] = &[
     (VENDOR_NVIDIA, 0x26b5, "L40"),
     (VENDOR_NVIDIA, 0x26b9, "L40S"),
     (VENDOR_NVIDIA, 0x27b8, "L4"),
+    (VENDOR_NVIDIA, 0x2330, "H100 SXM5 80GB"),
     (VENDOR_NVIDIA, 0x2331, "H100 PCIe"),
+    // [I] assumed device id of the H200 SXM (hardware.md gives none).
+    (VENDOR_NVIDIA, 0x2335, "H200 SXM 141GB"),
     (VENDOR_NVIDIA, 0x24b0, "RTX A4000"),
     (
         VENDOR_NVIDIA,
@@ -116,7 +119,8 @@ pub fn pci_model_name_with_subsystem(
         .or_else(|| pci_model_name(vendor, device))
 }
 
-/// An NVIDIA time-sliced vGPU type as the driver describes it.
+/// An NVIDIA vGPU type as the driver describes it: time-sliced, or MIG-backed (backed by one
+/// GPU instance of a profile, [`NvidiaTypeInfo::mig_profile`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvidiaTypeInfo {
     /// The numeric type id (`nvidia-<id>` as an mdev type, or the vendor-VFIO id).
@@ -133,6 +137,9 @@ pub struct NvidiaTypeInfo {
     pub max_resolution: (u32, u32),
     /// Frame-rate limit in frames per second.
     pub frl: u32,
+    /// For a MIG-backed type, the GPU-instance profile that backs it, as `nvidia-smi mig
+    /// -lgip` names it without `MIG ` (`1g.18gb`, `1g.18gb+me`); `None` for a time-sliced type.
+    pub mig_profile: Option<&'static str>,
 }
 
 impl NvidiaTypeInfo {
@@ -149,19 +156,100 @@ impl NvidiaTypeInfo {
         )
     }
 
-    /// The series letter: `Q`, `B`, `A` or `C`.
+    /// The series letter: `Q`, `B`, `A` or `C` (MIG-backed types are `C`).
     pub fn series(&self) -> char {
+        if let Some(m) = split_mig(self.name) {
+            return m.series;
+        }
         split_profile(self.name).map_or('?', |(_, s)| s)
+    }
+
+    /// Whether the type is MIG-backed: a vGPU of it takes a whole GPU instance of
+    /// [`NvidiaTypeInfo::mig_profile`] (hardware.md §3.1).
+    pub fn is_mig_backed(&self) -> bool {
+        self.mig_profile.is_some()
     }
 }
 
+/// The parts of a MIG-backed type name `<board>-<G>-<GB>C[ME|NOME|MEALL|GFX]`
+/// (hardware.md §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MigName<'a> {
+    board: &'a str,
+    /// Compute slices of the backing GPU instance.
+    slices: u32,
+    /// Framebuffer in GB as the name says it.
+    gb: u64,
+    series: char,
+    /// What follows the series letter: empty, `ME`, `NOME`, `MEALL` or `GFX`.
+    suffix: &'a str,
+}
+
+/// Splits `NVIDIA H200X-1-18CME` into board `H200X`, 1 slice, 18 GB, `C`, `ME`; `None` for a
+/// time-sliced name (`A100D-4C`, `RTX6000-Ada-1Q`).
+fn split_mig(name: &str) -> Option<MigName<'_>> {
+    let short = strip_vendor(name);
+    let (rest, profile) = short.rsplit_once('-')?;
+    let (board, slices) = rest.rsplit_once('-')?;
+    if board.is_empty() || slices.is_empty() || !slices.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = profile.bytes().take_while(u8::is_ascii_digit).count();
+    let (gb, tail) = profile.split_at(digits);
+    let mut chars = tail.chars();
+    let series = chars.next()?;
+    let suffix = chars.as_str();
+    if !matches!(series, 'A' | 'B' | 'C' | 'Q')
+        || !matches!(suffix, "" | "ME" | "NOME" | "MEALL" | "GFX")
+    {
+        return None;
+    }
+    Some(MigName {
+        board,
+        slices: slices.parse().ok()?,
+        gb: gb.parse().ok()?,
+        series,
+        suffix,
+    })
+}
+
+/// The board part of a type name without its vendor word: `H200X` for `NVIDIA H200X-1-18C`,
+/// `RTX6000` for `GRID RTX6000-4Q`.
+fn board_of(name: &str) -> Option<&str> {
+    if let Some(m) = split_mig(name) {
+        return Some(m.board);
+    }
+    strip_vendor(name).rsplit_once('-').map(|(b, _)| b)
+}
+
 /// A board's type list: the board's framebuffer in GiB, the highest instance count the driver
-/// allows on one GPU, the C-series maximum resolution, and (id, name) of each type.
+/// allows on one GPU, the C-series maximum resolution, (id, name) of each time-sliced type,
+/// the documented maxima the size rule does not give ((id, max)), and its MIG-backed types.
 struct Board {
     fb_gib: u64,
     cap: u32,
     c_resolution: (u32, u32),
     types: &'static [(u32, &'static str)],
+    max_overrides: &'static [(u32, u32)],
+    mig: &'static [MigType],
+}
+
+/// A MIG-backed type of a board (hardware.md §3.3): its id and name, the most vGPUs of it one
+/// GPU holds (the GPU instances of its profile that fit), and its GPU-instance profile.
+struct MigType {
+    id: u32,
+    name: &'static str,
+    max: u32,
+    profile: &'static str,
+}
+
+const fn mig(id: u32, name: &'static str, max: u32, profile: &'static str) -> MigType {
+    MigType {
+        id,
+        name,
+        max,
+        profile,
+    }
 }
 
 /// C-series maximum resolution as vgpuConfig.xml of driver 510 gives it (newer drivers
@@ -171,7 +259,21 @@ const C_RES: (u32, u32) = (4096, 2160);
 /// Boards and their type ids: RTX6000, RTX8000 and T4 from the driver-510 type list (NVIDIA
 /// caps RTX8000-1Q at 32 instances, which the 32-instance cap gives); A10, A16, A40 from
 /// the same list (hardware.md §5.1/5.2); L40S from a real VF dump (§5.3; no C-series ids known);
-/// A100D from §5.4.
+/// A100D from §5.4 with its MIG-backed types from §3.3; H100 (PCIe 80GB), H100XM (SXM5 80GB)
+/// and H200X (SXM 141GB) from §5.5 and §3.3.
+///
+/// **Assumed type ids [I]**, to be checked with the nvml-probe on a real GPU
+/// (`nvmlVgpuTypeGetName` over the ids `nvmlDeviceGetSupportedVgpus` returns):
+/// - H200X: only 1414 (H200X-1-18C) and 1428 (H200X-141C) are documented [V KVGP]. The 13 ids
+///   between them are assumed to be the other MIG-backed types without `ME` (1415–1419, by GI
+///   size) then the time-sliced ones (1420–1427, by size), which fills 1414–1428 exactly;
+///   H200X-1-18CME is assumed to be 1429 (A100D-1-10CME, 707, also comes after its board's
+///   other types).
+/// - H100 (PCIe): 1300–1314, H100XM (SXM5): 1320–1334, in the same order as H200X (MIG-backed
+///   by GI size, time-sliced by size, the `ME` type last); none is documented.
+/// - A100D-1-20C: 1336 (hardware.md §3.3 gives no id).
+///
+/// The range 1300–1336 holds only assumed ids; no documented id of another board is in it.
 const BOARDS: &[Board] = &[
     Board {
         fb_gib: 24,
@@ -202,6 +304,8 @@ const BOARDS: &[Board] = &[
             (443, "GRID RTX6000-12A"),
             (444, "GRID RTX6000-24A"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 48,
@@ -238,6 +342,8 @@ const BOARDS: &[Board] = &[
             (455, "GRID RTX8000-24A"),
             (456, "GRID RTX8000-48A"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 16,
@@ -260,6 +366,8 @@ const BOARDS: &[Board] = &[
             (320, "GRID T4-8C"),
             (321, "GRID T4-16C"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 24,
@@ -290,6 +398,8 @@ const BOARDS: &[Board] = &[
             (613, "NVIDIA A10-12C"),
             (614, "NVIDIA A10-24C"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 16,
@@ -312,6 +422,8 @@ const BOARDS: &[Board] = &[
             (722, "NVIDIA A16-8C"),
             (723, "NVIDIA A16-16C"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 48,
@@ -348,6 +460,8 @@ const BOARDS: &[Board] = &[
             (586, "NVIDIA A40-24C"),
             (587, "NVIDIA A40-48C"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 48,
@@ -378,6 +492,8 @@ const BOARDS: &[Board] = &[
             (1166, "NVIDIA L40S-48A"),
             (2164, "NVIDIA L40S-3B"),
         ],
+        max_overrides: &[],
+        mig: &[],
     },
     Board {
         fb_gib: 80,
@@ -391,6 +507,97 @@ const BOARDS: &[Board] = &[
             (696, "NVIDIA A100D-20C"),
             (697, "NVIDIA A100D-40C"),
             (698, "NVIDIA A100D-80C"),
+        ],
+        max_overrides: &[],
+        mig: &[
+            mig(699, "NVIDIA A100D-1-10C", 7, "1g.10gb"),
+            mig(700, "NVIDIA A100D-2-20C", 3, "2g.20gb"),
+            mig(701, "NVIDIA A100D-3-40C", 2, "3g.40gb"),
+            mig(702, "NVIDIA A100D-4-40C", 1, "4g.40gb"),
+            mig(703, "NVIDIA A100D-7-80C", 1, "7g.80gb"),
+            mig(707, "NVIDIA A100D-1-10CME", 1, "1g.10gb+me"),
+            // [I] assumed id (see above).
+            mig(1336, "NVIDIA A100D-1-20C", 4, "1g.20gb"),
+        ],
+    },
+    // H100 PCIe 80GB (§5.5, §3.3). [I] every id assumed (see above).
+    Board {
+        fb_gib: 80,
+        cap: 32,
+        c_resolution: (3840, 2400),
+        types: &[
+            (1306, "NVIDIA H100-4C"),
+            (1307, "NVIDIA H100-5C"),
+            (1308, "NVIDIA H100-8C"),
+            (1309, "NVIDIA H100-10C"),
+            (1310, "NVIDIA H100-16C"),
+            (1311, "NVIDIA H100-20C"),
+            (1312, "NVIDIA H100-40C"),
+            (1313, "NVIDIA H100-80C"),
+        ],
+        max_overrides: &[],
+        mig: &[
+            mig(1300, "NVIDIA H100-1-10C", 7, "1g.10gb"),
+            mig(1301, "NVIDIA H100-1-20C", 4, "1g.20gb"),
+            mig(1302, "NVIDIA H100-2-20C", 3, "2g.20gb"),
+            mig(1303, "NVIDIA H100-3-40C", 2, "3g.40gb"),
+            mig(1304, "NVIDIA H100-4-40C", 1, "4g.40gb"),
+            mig(1305, "NVIDIA H100-7-80C", 1, "7g.80gb"),
+            mig(1314, "NVIDIA H100-1-10CME", 1, "1g.10gb+me"),
+        ],
+    },
+    // H100 SXM5 80GB: the H100 PCIe tables with prefix H100XM- (§3.3). [I] ids assumed.
+    Board {
+        fb_gib: 80,
+        cap: 32,
+        c_resolution: (3840, 2400),
+        types: &[
+            (1326, "NVIDIA H100XM-4C"),
+            (1327, "NVIDIA H100XM-5C"),
+            (1328, "NVIDIA H100XM-8C"),
+            (1329, "NVIDIA H100XM-10C"),
+            (1330, "NVIDIA H100XM-16C"),
+            (1331, "NVIDIA H100XM-20C"),
+            (1332, "NVIDIA H100XM-40C"),
+            (1333, "NVIDIA H100XM-80C"),
+        ],
+        max_overrides: &[],
+        mig: &[
+            mig(1320, "NVIDIA H100XM-1-10C", 7, "1g.10gb"),
+            mig(1321, "NVIDIA H100XM-1-20C", 4, "1g.20gb"),
+            mig(1322, "NVIDIA H100XM-2-20C", 3, "2g.20gb"),
+            mig(1323, "NVIDIA H100XM-3-40C", 2, "3g.40gb"),
+            mig(1324, "NVIDIA H100XM-4-40C", 1, "4g.40gb"),
+            mig(1325, "NVIDIA H100XM-7-80C", 1, "7g.80gb"),
+            mig(1334, "NVIDIA H100XM-1-10CME", 1, "1g.10gb+me"),
+        ],
+    },
+    // H200 SXM 141GB (§5.5, §3.3). 1414 and 1428 documented; [I] the others assumed.
+    Board {
+        fb_gib: 141,
+        cap: 32,
+        c_resolution: (3840, 2400),
+        types: &[
+            (1420, "NVIDIA H200X-4C"),
+            (1421, "NVIDIA H200X-7C"),
+            (1422, "NVIDIA H200X-8C"),
+            (1423, "NVIDIA H200X-14C"),
+            (1424, "NVIDIA H200X-17C"),
+            (1425, "NVIDIA H200X-28C"),
+            (1426, "NVIDIA H200X-35C"),
+            (1427, "NVIDIA H200X-70C"),
+            (1428, "NVIDIA H200X-141C"),
+        ],
+        // §5.5: H200X-8C 16 (the size rule gives 141 / 8 = 17).
+        max_overrides: &[(1422, 16)],
+        mig: &[
+            mig(1414, "NVIDIA H200X-1-18C", 7, "1g.18gb"),
+            mig(1415, "NVIDIA H200X-1-35C", 4, "1g.35gb"),
+            mig(1416, "NVIDIA H200X-2-35C", 3, "2g.35gb"),
+            mig(1417, "NVIDIA H200X-3-71C", 2, "3g.71gb"),
+            mig(1418, "NVIDIA H200X-4-71C", 1, "4g.71gb"),
+            mig(1419, "NVIDIA H200X-7-141C", 1, "7g.141gb"),
+            mig(1429, "NVIDIA H200X-1-18CME", 1, "1g.18gb+me"),
         ],
     },
 ];
@@ -419,9 +626,16 @@ fn derive(board: &Board, id: u32, name: &'static str) -> Option<NvidiaTypeInfo> 
         'C' => (1, 60, board.c_resolution),
         _ => return None,
     };
-    let max = u32::try_from(board.fb_gib / gib)
-        .unwrap_or(u32::MAX)
-        .min(board.cap);
+    let max = board
+        .max_overrides
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, m)| *m)
+        .unwrap_or_else(|| {
+            u32::try_from(board.fb_gib / gib)
+                .unwrap_or(u32::MAX)
+                .min(board.cap)
+        });
     Some(NvidiaTypeInfo {
         id,
         name,
@@ -430,6 +644,23 @@ fn derive(board: &Board, id: u32, name: &'static str) -> Option<NvidiaTypeInfo> 
         heads,
         max_resolution: res,
         frl,
+        mig_profile: None,
+    })
+}
+
+/// A MIG-backed type's figures: the framebuffer its name says (GB as GiB, as §3.3's
+/// A100D-1-10C = 10240 MiB), one head at the C-series resolution, 60 fps.
+fn derive_mig(board: &Board, t: &MigType) -> Option<NvidiaTypeInfo> {
+    let parts = split_mig(t.name)?;
+    Some(NvidiaTypeInfo {
+        id: t.id,
+        name: t.name,
+        framebuffer_mib: parts.gb * 1024,
+        max_instances: t.max,
+        heads: 1,
+        max_resolution: board.c_resolution,
+        frl: 60,
+        mig_profile: Some(t.profile),
     })
 }
 
@@ -444,6 +675,7 @@ pub fn nvidia_types() -> &'static [NvidiaTypeInfo] {
                     all.push(info);
                 }
             }
+            all.extend(board.mig.iter().filter_map(|t| derive_mig(board, t)));
         }
         all
     })
@@ -493,16 +725,41 @@ pub fn nvidia_free_placements(board_gib: u64, type_gib: u64, taken: &[(u64, u64)
         .collect()
 }
 
-/// The types of one board, by the name prefix without the vendor word (`RTX6000`, `T4`, `A40`).
+/// The types of one board, time-sliced and MIG-backed, by the name prefix without the vendor
+/// word (`RTX6000`, `T4`, `A40`, `H200X`), or by the board's PCI model name as
+/// [`pci_model_name`] gives it (`H100 PCIe` → the `H100` types, `A100 PCIe 80GB` → `A100D`).
 pub fn nvidia_board_types(board: &str) -> Vec<&'static NvidiaTypeInfo> {
-    nvidia_types()
+    let of = |board: &str| -> Vec<&'static NvidiaTypeInfo> {
+        nvidia_types()
+            .iter()
+            .filter(|t| board_of(t.name) == Some(board))
+            .collect()
+    };
+    let types = of(board);
+    if !types.is_empty() {
+        return types;
+    }
+    nvidia_board_of_model(board).map(of).unwrap_or_default()
+}
+
+/// The vGPU board of an NVIDIA PCI model name (`H200 SXM 141GB` → `H200X`), for boards one
+/// PCI id (with any subsystem) or one PCI id and subsystem names.
+pub fn nvidia_board_of_model(model: &str) -> Option<&'static str> {
+    let by_sub = PCI_SUBSYSTEM_MODELS
         .iter()
-        .filter(|t| {
-            strip_vendor(t.name)
-                .rsplit_once('-')
-                .is_some_and(|(b, _)| b == board)
-        })
-        .collect()
+        .find(|(v, _, _, _, name)| *v == VENDOR_NVIDIA && *name == model)
+        .map(|(_, d, _, sd, _)| (*d, Some(*sd)));
+    let by_id = || {
+        PCI_MODELS
+            .iter()
+            .find(|(v, _, name)| *v == VENDOR_NVIDIA && *name == model)
+            .map(|(_, d, _)| (*d, None))
+    };
+    let (device, sub) = by_sub.or_else(by_id)?;
+    NVIDIA_BOARDS
+        .iter()
+        .find(|(d, s, _, _)| *d == device && (s.is_none() || *s == sub))
+        .map(|(_, _, board, _)| *board)
 }
 
 fn strip_vendor(name: &str) -> &str {
@@ -547,9 +804,10 @@ pub enum NvidiaScheme {
 }
 
 /// NVIDIA boards by PCI id: (device, subsystem device or `None` for any, board name as in the
-/// type names, scheme). Ampere boards are assumed to run the mdev-on-VF scheme and Ada the
-/// vendor-VFIO one: the split hardware.md §2 describes for a host that has both (the scheme is
-/// really chosen by the driver branch and kernel, per host).
+/// type names, scheme). Ampere boards are assumed to run the mdev-on-VF scheme and Ada and
+/// Hopper the vendor-VFIO one: the split hardware.md §2 describes for a host that has both (the
+/// scheme is really chosen by the driver branch and kernel, per host). 0x2335 (H200 SXM) is an
+/// assumed device id [I].
 const NVIDIA_BOARDS: &[(u16, Option<u16>, &str, NvidiaScheme)] = &[
     (0x1e30, Some(0x12ba), "RTX6000", NvidiaScheme::Mdev),
     (0x1e30, Some(0x129e), "RTX8000", NvidiaScheme::Mdev),
@@ -559,6 +817,9 @@ const NVIDIA_BOARDS: &[(u16, Option<u16>, &str, NvidiaScheme)] = &[
     (0x2235, None, "A40", NvidiaScheme::MdevOnVf),
     (0x20b5, None, "A100D", NvidiaScheme::MdevOnVf),
     (0x26b9, None, "L40S", NvidiaScheme::VendorVfio),
+    (0x2331, None, "H100", NvidiaScheme::VendorVfio),
+    (0x2330, None, "H100XM", NvidiaScheme::VendorVfio),
+    (0x2335, None, "H200X", NvidiaScheme::VendorVfio),
 ];
 
 /// The vGPU board (as in [`nvidia_board_types`]) and sharing scheme of an NVIDIA GPU with PCI
@@ -808,6 +1069,145 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), n);
         assert!(n > 100);
+    }
+
+    #[test]
+    fn hopper_boards_and_their_time_sliced_types() {
+        assert_eq!(
+            nvidia_board(0x2331, 0x1626),
+            Some(("H100", NvidiaScheme::VendorVfio))
+        );
+        assert_eq!(
+            nvidia_board(0x2330, 0x16c1),
+            Some(("H100XM", NvidiaScheme::VendorVfio))
+        );
+        assert_eq!(
+            nvidia_board(0x2335, 0x18be),
+            Some(("H200X", NvidiaScheme::VendorVfio))
+        );
+        assert_eq!(
+            nvidia_board(0x20b5, 0x1533),
+            Some(("A100D", NvidiaScheme::MdevOnVf))
+        );
+        assert_eq!(pci_model_name(0x10de, 0x2335), Some("H200 SXM 141GB"));
+        // §5.5: H100 PCIe 80GB, 1 head.
+        let max = |n: &str| {
+            let t = nvidia_type_by_name(n).expect(n);
+            assert!(!t.is_mig_backed(), "{n}");
+            assert_eq!((t.series(), t.heads), ('C', 1), "{n}");
+            (t.framebuffer_mib, t.max_instances)
+        };
+        for (n, gib, m) in [
+            ("4C", 4, 20),
+            ("5C", 5, 16),
+            ("8C", 8, 10),
+            ("10C", 10, 8),
+            ("16C", 16, 5),
+            ("20C", 20, 4),
+            ("40C", 40, 2),
+            ("80C", 80, 1),
+        ] {
+            for board in ["H100", "H100XM"] {
+                assert_eq!(max(&format!("NVIDIA {board}-{n}")), (gib * 1024, m), "{n}");
+            }
+        }
+        // §5.5: H200: 4C 32, 7C 20, 8C 16, 14C 10, 17C 8, 28C 5, 35C 4, 70C 2, 141C 1.
+        for (n, gib, m) in [
+            ("4C", 4, 32),
+            ("7C", 7, 20),
+            ("8C", 8, 16),
+            ("14C", 14, 10),
+            ("17C", 17, 8),
+            ("28C", 28, 5),
+            ("35C", 35, 4),
+            ("70C", 70, 2),
+            ("141C", 141, 1),
+        ] {
+            assert_eq!(max(&format!("H200X-{n}")), (gib * 1024, m), "{n}");
+        }
+        assert_eq!(
+            nvidia_type_by_id(1428).map(|t| t.name),
+            Some("NVIDIA H200X-141C")
+        );
+        assert_eq!(nvidia_board_framebuffer_gib("H200X"), Some(141));
+        assert_eq!(nvidia_board_framebuffer_gib("H100"), Some(80));
+        assert_eq!(nvidia_board_types("H100").len(), 15);
+        assert_eq!(nvidia_board_types("H100XM").len(), 15);
+        assert_eq!(nvidia_board_types("H200X").len(), 16);
+        assert_eq!(nvidia_board_types("A100D").len(), 14);
+        // By the PCI model name too.
+        assert_eq!(nvidia_board_of_model("H100 PCIe"), Some("H100"));
+        assert_eq!(nvidia_board_of_model("A100 PCIe 80GB"), Some("A100D"));
+        assert_eq!(nvidia_board_of_model("Quadro RTX 8000"), Some("RTX8000"));
+        assert_eq!(nvidia_board_of_model("RTX A4000"), None);
+        assert_eq!(nvidia_board_types("H200 SXM 141GB").len(), 16);
+        assert_eq!(nvidia_board_framebuffer_gib("H100 SXM5 80GB"), Some(80));
+        // Boards whose prefixes share a start stay apart.
+        assert!(nvidia_board_types("H100")
+            .iter()
+            .all(|t| t.name.starts_with("NVIDIA H100-")));
+    }
+
+    #[test]
+    fn mig_backed_types_name_their_gpu_instance_profile() {
+        let mut seen = 0;
+        for t in nvidia_types() {
+            let parts = split_mig(t.name);
+            assert_eq!(t.is_mig_backed(), parts.is_some(), "{}", t.name);
+            let (Some(profile), Some(m)) = (t.mig_profile, parts) else {
+                continue;
+            };
+            seen += 1;
+            // `<board>-<G>-<GB>C[ME]` is backed by `<G>g.<GB>gb[+me]`.
+            let me = if m.suffix == "ME" { "+me" } else { "" };
+            assert_eq!(
+                profile,
+                format!("{}g.{}gb{me}", m.slices, m.gb),
+                "{}",
+                t.name
+            );
+            assert_eq!(t.framebuffer_mib, m.gb * 1024, "{}", t.name);
+            assert_eq!((t.series(), t.heads, t.frl), ('C', 1, 60), "{}", t.name);
+            assert!(t.max_instances >= 1 && t.max_instances <= 7, "{}", t.name);
+        }
+        assert_eq!(seen, 7 * 4);
+        // §3.3's documented rows.
+        let t = |id: u32| nvidia_type_by_id(id).expect("id");
+        assert_eq!(
+            (t(1414).name, t(1414).mig_profile, t(1414).max_instances),
+            ("NVIDIA H200X-1-18C", Some("1g.18gb"), 7)
+        );
+        assert_eq!(
+            (t(707).name, t(707).mig_profile, t(707).max_instances),
+            ("NVIDIA A100D-1-10CME", Some("1g.10gb+me"), 1)
+        );
+        for (id, name, max, fb) in [
+            (703, "NVIDIA A100D-7-80C", 1, 81920),
+            (702, "NVIDIA A100D-4-40C", 1, 40960),
+            (701, "NVIDIA A100D-3-40C", 2, 40960),
+            (700, "NVIDIA A100D-2-20C", 3, 20480),
+            (699, "NVIDIA A100D-1-10C", 7, 10240),
+        ] {
+            assert_eq!(
+                (t(id).name, t(id).max_instances, t(id).framebuffer_mib),
+                (name, max, fb)
+            );
+        }
+        let h = nvidia_type_by_name("h100-1-10cme").expect("CME");
+        assert_eq!((h.mig_profile, h.max_instances), (Some("1g.10gb+me"), 1));
+        assert_eq!(
+            nvidia_type_by_name("NVIDIA H200X-7-141C").and_then(|t| t.mig_profile),
+            Some("7g.141gb")
+        );
+        // The H200X ids are contiguous around the documented ones.
+        let mut ids: Vec<u32> = nvidia_board_types("H200X").iter().map(|t| t.id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1414..=1429).collect::<Vec<_>>());
+        // Time-sliced names are not taken for MIG ones.
+        assert_eq!(split_mig("GRID RTX6000-Ada-1Q"), None);
+        assert_eq!(split_mig("NVIDIA A100D-4C"), None);
+        assert_eq!(board_of("NVIDIA H200X-1-18CME"), Some("H200X"));
+        assert_eq!(board_of("GRID RTX6000-4Q"), Some("RTX6000"));
     }
 
     #[test]
