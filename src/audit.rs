@@ -28,6 +28,7 @@ fn name_of(event: &Event) -> Option<(&'static str, String, String)> {
         Event::GpuChanged { after, .. } => ("gpu-changed", String::new(), after.address.clone()),
         Event::GpuModeChanged { gpu, .. } => ("gpu-mode-changed", String::new(), gpu.clone()),
         Event::GpuRemoved { address } => ("gpu-removed", String::new(), address.clone()),
+        Event::GpuDrift { gpu, .. } => ("gpu-drift", String::new(), gpu.clone()),
         Event::CapacityChanged { .. } => return None,
     })
 }

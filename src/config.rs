@@ -59,7 +59,7 @@ pub struct NvidiaConfig {
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlacementConfig {
-    /// `policy = "pack" | "spread"`.
+    /// `policy = "pack" | "spread" | "least-busy"`.
     pub policy: Option<Policy>,
     /// `numa_node = N`: prefer GPUs on this NUMA node.
     pub numa_node: Option<u32>,

@@ -122,6 +122,37 @@ pub struct Gpu {
     /// For an SR-IOV virtual function (listed only as a parent of mdevs): its physical
     /// function.
     pub physical_function: Option<String>,
+    /// What the NVIDIA driver says through NVML (MIG, scheduler); `None` for other GPUs and
+    /// where NVML is unavailable.
+    pub nvidia: Option<NvidiaState>,
+}
+
+/// What NVML reports of an NVIDIA GPU: the state vgpud shows as the GPU's properties.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NvidiaState {
+    /// The MIG mode; `None` for a GPU without MIG.
+    pub mig: Option<crate::gpu_control::MigMode>,
+    /// The GPU-instance profiles (empty without MIG).
+    pub profiles: Vec<crate::gpu_control::MigProfile>,
+    /// The GPU instances that exist, with the device that uses each.
+    pub gpu_instances: Vec<GpuInstanceView>,
+    /// The vGPU types NVML knows for the GPU, with their GPU-instance profile.
+    pub vgpu_types: Vec<crate::gpu_control::VgpuTypeFacts>,
+    /// The vGPU scheduler's state; `None` where NVML does not report it.
+    pub scheduler: Option<crate::gpu_control::SchedulerState>,
+    /// The heterogeneous vGPU mode as NVML reports it; `None` where it does not.
+    pub heterogeneous: Option<bool>,
+}
+
+/// A GPU instance and who uses it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuInstanceView {
+    /// The instance.
+    pub instance: crate::gpu_control::GpuInstance,
+    /// Its profile's name without `MIG ` (`1g.18gb`).
+    pub profile: String,
+    /// The UUID of the vGPU device in it; empty when free.
+    pub device: String,
 }
 
 impl Gpu {

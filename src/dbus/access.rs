@@ -45,7 +45,8 @@ impl Action {
 pub fn action_of(method: &str) -> Action {
     match method {
         "ListGpus" | "ListTypes" | "ListDevices" | "GetCapacity" | "GetTypeInfo"
-        | "GetHostdevXml" | "RenderHostdevXml" | "RenderDomain" => Action::Read,
+        | "GetHostdevXml" | "RenderHostdevXml" | "RenderDomain" | "ListMigProfiles"
+        | "GetMetrics" => Action::Read,
         "CreateDevice" | "RemoveDevice" | "ModifyDevice" | "StartDevice" | "StopDevice"
         | "AttachDevice" | "DetachDevice" => Action::ManageDevices,
         _ => Action::ConfigureHost,

@@ -25,6 +25,8 @@ pub enum Error {
     /// It would hand a guest more than was asked for (an IOMMU group shared with other
     /// devices); pass "force" to insist.
     Unsafe(String),
+    /// The change waits for a GPU reset (a pending MIG mode).
+    NeedsReset(String),
     /// libvirt refused the operation; the message is libvirt's.
     Libvirt(String),
     /// libvirt cannot be reached (libvirtd not running, wrong URI).
@@ -49,6 +51,7 @@ impl Error {
             Error::Failed(m) => ("org.vgpud1.Error.Failed", Some(m)),
             Error::NotSupported(m) => ("org.vgpud1.Error.NotSupported", Some(m)),
             Error::Unsafe(m) => ("org.vgpud1.Error.Unsafe", Some(m)),
+            Error::NeedsReset(m) => ("org.vgpud1.Error.NeedsReset", Some(m)),
             Error::Libvirt(m) => ("org.vgpud1.Error.Libvirt", Some(m)),
             Error::LibvirtUnavailable(m) => ("org.vgpud1.Error.LibvirtUnavailable", Some(m)),
             Error::AccessDenied(m) => ("org.freedesktop.DBus.Error.AccessDenied", Some(m)),
@@ -139,9 +142,12 @@ impl From<EngineError> for Error {
             EngineError::Busy(_) => Error::Busy(msg),
             EngineError::NotSupported(_) => Error::NotSupported(msg),
             EngineError::Unsafe(_) => Error::Unsafe(msg),
-            EngineError::Host { .. } | EngineError::Persist { .. } | EngineError::Xml { .. } => {
-                Error::Failed(msg)
-            }
+            EngineError::NeedsReset(_) => Error::NeedsReset(msg),
+            EngineError::NoRoom(_) => Error::NoCapacity(msg),
+            EngineError::Host { .. }
+            | EngineError::Persist { .. }
+            | EngineError::Xml { .. }
+            | EngineError::Control(_) => Error::Failed(msg),
         }
     }
 }

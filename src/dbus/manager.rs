@@ -145,6 +145,7 @@ impl Manager {
 }
 
 const CREATE_OPTIONS: &[&str] = &[
+    "create_instance",
     "parent",
     "uuid",
     "owner",
@@ -160,6 +161,40 @@ const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
 const VF_COUNT_OPTIONS: &[&str] = &["persistent"];
+const SCHEDULER_OPTIONS: &[&str] = &[
+    "policy",
+    "timeslice_ms",
+    "arr",
+    "avg_factor",
+    "frequency_hz",
+    "runtime",
+    "persistent",
+];
+
+/// A row of ListMigProfiles.
+type MigProfileRow = (
+    u32,
+    u32,
+    String,
+    u32,
+    u64,
+    u32,
+    u32,
+    Vec<(u32, u32)>,
+    Vec<(u32, u32)>,
+);
+
+/// A dictionary answer.
+fn owned_dict(entries: Vec<(&str, Variant<'_>)>) -> Result<HashMap<String, OwnedVariant>> {
+    entries
+        .into_iter()
+        .map(|(k, v)| {
+            let owned = OwnedVariant::try_from(v)
+                .map_err(|e| Error::Failed(format!("internal: encoding {k}: {e}")))?;
+            Ok((k.to_string(), owned))
+        })
+        .collect()
+}
 const ATTACH_OPTIONS: &[&str] = &["live", "config"];
 const RENDER_OPTIONS: &[&str] = &[
     "template",
@@ -205,7 +240,7 @@ fn domain_devices(
     }
 }
 
-/// The "policy" option: "pack" or "spread".
+/// The "policy" option: "pack", "spread" or "least-busy".
 fn policy_option(opts: &mut OptionReader) -> Result<Option<Policy>> {
     match opts.string("policy")? {
         Some(p) => Ok(Some(Policy::parse(&p)?)),
@@ -305,7 +340,7 @@ impl Manager {
     }
 
     /// Makes a device of a type (id or name). Options: parent, uuid, owner, params,
-    /// persistent, autostart, force, policy, numa_node, exist_ok.
+    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance.
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
@@ -335,6 +370,7 @@ impl Manager {
             policy: policy_option(&mut opts)?,
             numa_node: numa_option(&mut opts, "CreateDevice")?,
             exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
+            create_instance: opts.boolean("create_instance")?.unwrap_or(true),
         };
         opts.finish(CREATE_OPTIONS)?;
         let engine = self.engine.clone();
@@ -674,6 +710,218 @@ impl Manager {
         .await
     }
 
+    /// GPU-instance profiles: id, index, name, slices, memory bytes, max, remaining,
+    /// placements and free placements as (start, size).
+    #[zbus(out_args("profiles"))]
+    async fn list_mig_profiles(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu: String,
+    ) -> Result<Vec<MigProfileRow>> {
+        self.admit(&header, "ListMigProfiles", &[("gpu", &gpu, limits::NAME)], None)
+            .await?;
+        let engine = self.engine.clone();
+        let profiles = blocking(move || engine.mig_profiles(&gpu)).await?;
+        let pairs = |v: &[crate::gpu_control::Placement]| -> Vec<(u32, u32)> {
+            v.iter().map(|p| (p.start, p.size)).collect()
+        };
+        Ok(profiles
+            .into_iter()
+            .map(|(p, free)| {
+                (
+                    p.id,
+                    p.index,
+                    crate::engine::mig::profile_name(&p),
+                    p.slices,
+                    p.memory_mib.saturating_mul(1024 * 1024),
+                    p.max_instances,
+                    p.remaining,
+                    pairs(&p.placements),
+                    pairs(&free),
+                )
+            })
+            .collect())
+    }
+
+    /// MIG on or off; returns (current, pending). Option: persistent.
+    #[zbus(out_args("current", "pending"))]
+    async fn set_mig_mode(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu: String,
+        enabled: bool,
+        options: Options,
+    ) -> Result<(bool, bool)> {
+        let cause = self
+            .admit(&header, "SetMigMode", &[("gpu", &gpu, limits::NAME)], Some(&options))
+            .await?;
+        let mut opts = OptionReader::new("SetMigMode", options);
+        let persistent = opts.boolean("persistent")?.unwrap_or(true);
+        opts.finish(&["persistent"])?;
+        let engine = self.engine.clone();
+        let mode = self
+            .changing(cause, &gpu.clone(), move || {
+                engine.set_mig_mode(&gpu, enabled, persistent)
+            })
+            .await?;
+        Ok((mode.current, mode.pending))
+    }
+
+    /// Makes a GPU instance of a profile (id or name). Options: placement, compute_instance,
+    /// persistent.
+    #[zbus(out_args("id"))]
+    async fn create_gpu_instance(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu: String,
+        profile: String,
+        options: Options,
+    ) -> Result<u32> {
+        let cause = self
+            .admit(
+                &header,
+                "CreateGpuInstance",
+                &[
+                    ("gpu", &gpu, limits::NAME),
+                    ("profile", &profile, crate::engine::mig::MAX_PROFILE_LEN),
+                ],
+                Some(&options),
+            )
+            .await?;
+        let mut opts = OptionReader::new("CreateGpuInstance", options);
+        let placement = opts
+            .unsigned("placement")?
+            .map(|p| {
+                u32::try_from(p).map_err(|_| {
+                    Error::InvalidArgument(format!("CreateGpuInstance: placement {p} is too large"))
+                })
+            })
+            .transpose()?;
+        let compute = opts.boolean("compute_instance")?.unwrap_or(true);
+        let persistent = opts.boolean("persistent")?.unwrap_or(true);
+        opts.finish(&["placement", "compute_instance", "persistent"])?;
+        let engine = self.engine.clone();
+        let made = self
+            .changing(cause, &gpu.clone(), move || {
+                engine.create_gpu_instance(&gpu, &profile, placement, compute, persistent)
+            })
+            .await?;
+        Ok(made.id)
+    }
+
+    /// Destroys a GPU instance no device uses.
+    async fn destroy_gpu_instance(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu: String,
+        id: u32,
+        options: Options,
+    ) -> Result<()> {
+        let cause = self
+            .admit(
+                &header,
+                "DestroyGpuInstance",
+                &[("gpu", &gpu, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
+        OptionReader::new("DestroyGpuInstance", options).finish(&[])?;
+        let engine = self.engine.clone();
+        self.changing(cause, &gpu.clone(), move || {
+            engine.destroy_gpu_instance(&gpu, id)
+        })
+        .await
+    }
+
+    /// Sets the vGPU scheduler. Options: policy, timeslice_ms, arr, avg_factor,
+    /// frequency_hz, runtime, persistent.
+    #[zbus(out_args("result"))]
+    async fn set_scheduler(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu: String,
+        options: Options,
+    ) -> Result<HashMap<String, OwnedVariant>> {
+        let cause = self
+            .admit(&header, "SetScheduler", &[("gpu", &gpu, limits::NAME)], Some(&options))
+            .await?;
+        let mut opts = OptionReader::new("SetScheduler", options);
+        let policy = match opts.string("policy")? {
+            None => crate::gpu_control::SchedulerPolicy::BestEffort,
+            Some(p) => crate::gpu_control::SchedulerPolicy::parse(&p).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "SetScheduler: policy {:?} is not one of best-effort, equal-share, fixed-share",
+                    p.chars().take(48).collect::<String>()
+                ))
+            })?,
+        };
+        let mut number = |key: &str| -> Result<u32> {
+            opts.unsigned(key)?
+                .map(|v| {
+                    u32::try_from(v).map_err(|_| {
+                        Error::InvalidArgument(format!("SetScheduler: {key} {v} is too large"))
+                    })
+                })
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let timeslice_ms = number("timeslice_ms")?;
+        let avg_factor = number("avg_factor")?;
+        let frequency_hz = number("frequency_hz")?;
+        let setting = crate::gpu_control::SchedulerSetting {
+            policy,
+            arr: opts.boolean("arr")?.unwrap_or(false),
+            timeslice_ms,
+            avg_factor,
+            frequency_hz,
+        };
+        let runtime = opts.boolean("runtime")?.unwrap_or(true);
+        let persistent = opts.boolean("persistent")?.unwrap_or(true);
+        opts.finish(SCHEDULER_OPTIONS)?;
+        let engine = self.engine.clone();
+        let outcome = self
+            .changing(cause, &gpu.clone(), move || {
+                engine.set_scheduler(&gpu, &setting, runtime, persistent)
+            })
+            .await?;
+        owned_dict(vec![
+            ("applied", outcome.applied.into()),
+            ("rm_pvmrl", outcome.rm_pvmrl.into()),
+            ("modprobe_file", outcome.modprobe_file.into()),
+            ("note", outcome.note.into()),
+        ])
+    }
+
+    /// Telemetry of a GPU (address) or vGPU device (UUID), from NVML.
+    #[zbus(out_args("metrics"))]
+    async fn get_metrics(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        gpu_or_uuid: String,
+    ) -> Result<HashMap<String, OwnedVariant>> {
+        self.admit(
+            &header,
+            "GetMetrics",
+            &[("gpu_or_uuid", &gpu_or_uuid, limits::NAME)],
+            None,
+        )
+        .await?;
+        let engine = self.engine.clone();
+        let figures = blocking(move || engine.metrics(&gpu_or_uuid)).await?;
+        owned_dict(
+            figures
+                .into_iter()
+                .map(|(k, f)| {
+                    let v = match f {
+                        crate::engine::telemetry::Figure::U32(n) => Variant::from(n),
+                        crate::engine::telemetry::Figure::U64(n) => Variant::from(n),
+                    };
+                    (k, v)
+                })
+                .collect(),
+        )
+    }
+
     /// The device's libvirt hostdev element(s).
     #[zbus(out_args("xml"))]
     async fn get_hostdev_xml(
@@ -734,6 +982,15 @@ impl Manager {
         env!("CARGO_PKG_VERSION").to_string()
     }
 
+    /// "available", or why NVML (MIG, scheduler, telemetry) cannot be used.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn nvml(&self) -> String {
+        match self.engine.nvml_status() {
+            Ok(()) => "available".to_string(),
+            Err(reason) => reason,
+        }
+    }
+
     /// Whether the host is simulated.
     #[zbus(property(emits_changed_signal = "const"))]
     async fn simulated(&self) -> bool {
@@ -754,6 +1011,16 @@ impl Manager {
     pub(super) async fn device_drift(
         emitter: &SignalEmitter<'_>,
         uuid: &str,
+        event: &str,
+        detail: &str,
+    ) -> zbus::Result<()>;
+
+    /// A change to a GPU behind vgpud's back: gpu-instance-created-externally or
+    /// gpu-instance-destroyed-externally.
+    #[zbus(signal)]
+    pub(super) async fn gpu_drift(
+        emitter: &SignalEmitter<'_>,
+        gpu: &str,
         event: &str,
         detail: &str,
     ) -> zbus::Result<()>;

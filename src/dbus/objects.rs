@@ -87,6 +87,57 @@ impl GpuObject {
         self.engine.is_heterogeneous(&self.address)
     }
 
+    /// MIG mode, current and pending (false, false without MIG).
+    #[zbus(property)]
+    async fn mig_mode(&self) -> (bool, bool) {
+        self.field(|g| {
+            g.nvidia
+                .as_ref()
+                .and_then(|n| n.mig)
+                .map_or((false, false), |m| (m.current, m.pending))
+        })
+    }
+
+    /// GPU instances: id, profile id, profile, placement start and size, device using it.
+    #[zbus(property)]
+    async fn gpu_instances(&self) -> Vec<(u32, u32, String, u32, u32, String)> {
+        self.field(|g| {
+            g.nvidia
+                .as_ref()
+                .map(|n| {
+                    n.gpu_instances
+                        .iter()
+                        .map(|v| {
+                            let i = &v.instance;
+                            let p = i.placement;
+                            (i.id, i.profile_id, v.profile.clone(), p.start, p.size, v.device.clone())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    /// vGPU scheduler: policy, arr, timeslice_ms, avg_factor, frequency_hz (empty: unknown).
+    #[zbus(property)]
+    async fn scheduler(&self) -> BTreeMap<String, zbus::OwnedVariant> {
+        let state = self.field(|g| g.nvidia.as_ref().and_then(|n| n.scheduler));
+        let mut out = BTreeMap::new();
+        if let Some(s) = state {
+            let mut put = |k: &str, v: zbus::Variant<'_>| {
+                if let Ok(v) = zbus::OwnedVariant::try_from(v) {
+                    out.insert(k.to_string(), v);
+                }
+            };
+            put("policy", s.policy.name().into());
+            put("arr", s.arr.into());
+            put("timeslice_ms", s.timeslice_ms.into());
+            put("avg_factor", s.avg_factor.into());
+            put("frequency_hz", s.frequency_hz.into());
+        }
+        out
+    }
+
     /// Addresses of the enabled virtual functions, in VF order.
     #[zbus(property)]
     async fn vfs(&self) -> Vec<String> {

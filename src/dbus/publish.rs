@@ -149,6 +149,10 @@ impl Publisher {
                 tracing::info!(uuid = %drift.uuid, event = drift.event, "{}", drift.detail);
                 Manager::device_drift(&emitter, &drift.uuid, drift.event, &drift.detail).await?;
             }
+            Event::GpuDrift { gpu, event, detail } => {
+                tracing::info!(%gpu, event, "{detail}");
+                Manager::gpu_drift(&emitter, gpu, event, detail).await?;
+            }
             Event::GpuAdded { gpu } => {
                 if gpu.is_physical() && !self.add_gpu(published, &gpu.address).await? {
                     dirty.insert(Dirty::Gpu(gpu.address.clone()));

@@ -117,6 +117,7 @@ pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
             types: Vec::new(),
             sriov: None,
             physical_function: None,
+            nvidia: None,
         };
         found.insert(
             name,
@@ -338,6 +339,7 @@ fn read_pci_gpu(host: &Host, address: &str, dir: &Path, class: u32) -> HostResul
         types: Vec::new(),
         sriov: None,
         physical_function: None,
+        nvidia: None,
     })
 }
 

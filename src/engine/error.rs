@@ -39,6 +39,15 @@ pub enum EngineError {
     /// The host cannot do this (no IOMMU, a driver without the capability).
     #[error("{0}")]
     NotSupported(String),
+    /// A change waits for a GPU reset (a pending MIG mode).
+    #[error("{0}")]
+    NeedsReset(String),
+    /// No room for a GPU instance (no free placement or slices).
+    #[error("{0}")]
+    NoRoom(String),
+    /// The NVIDIA driver's control plane (NVML) failed.
+    #[error("{0}")]
+    Control(String),
     /// Doing it would hand the guest more than was asked for (an IOMMU group shared with
     /// other devices); the caller may insist with "force".
     #[error("{0}")]

@@ -69,6 +69,16 @@ pub enum Event {
         /// The mode now.
         heterogeneous: bool,
     },
+    /// Something happened to a GPU behind vgpud's back (a GPU instance made or destroyed by
+    /// another tool).
+    GpuDrift {
+        /// The GPU's address.
+        gpu: String,
+        /// `gpu-instance-created-externally`, `gpu-instance-destroyed-externally`.
+        event: &'static str,
+        /// A sentence for the log and the signal.
+        detail: String,
+    },
     /// A GPU went away.
     GpuRemoved {
         /// Its address.

@@ -70,7 +70,7 @@ impl Engine {
         let mut refusals = Vec::new();
         let mut first_open = None;
         for (i, candidate) in candidates.iter().enumerate() {
-            match self.room_for(&candidate.0, &candidate.1)? {
+            match self.room_for(&candidate.0, &candidate.1, req.create_instance)? {
                 None => {
                     first_open = Some(i);
                     break;
@@ -113,7 +113,36 @@ impl Engine {
             };
             let held = lock(&gpu_lock);
             if self.offers_sriov_vgpu(parent) {
-                match self.assign_vf(parent, ty, &Making::from_request(&uuid, req)) {
+                // A MIG-backed type needs a free GPU instance of its profile: one is made
+                // for it when none is (and destroyed with the device).
+                let made_instance = match sriov_type_number(ty)
+                    .map(|n| self.instance_for_vgpu(parent, n, req.create_instance))
+                    .transpose()
+                {
+                    Ok(made) => made.flatten(),
+                    Err(e) => {
+                        refusals.push(Refusal {
+                            gpu: parent.clone(),
+                            reason: e.to_string(),
+                        });
+                        continue;
+                    }
+                };
+                let assigned = self.assign_vf(parent, ty, &Making::from_request(&uuid, req));
+                match (&assigned, &made_instance) {
+                    (Ok(Outcome::Made(_)), Some(made)) => {
+                        self.record_instance_for(parent, made, &uuid);
+                        self.refresh_nvidia(parent, false);
+                    }
+                    (Ok(Outcome::Made(_)), None) => {
+                        if self.mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0)).is_some() {
+                            self.refresh_nvidia(parent, false);
+                        }
+                    }
+                    (_, Some(made)) => self.drop_instance(parent, made),
+                    (_, None) => {}
+                }
+                match assigned {
                     Ok(Outcome::Made(info)) => {
                         drop(held);
                         drop(turn);
@@ -214,7 +243,12 @@ impl Engine {
     }
 
     /// `None` when a GPU has room for one more of a type now, else why not.
-    fn room_for(&self, gpu: &str, ty: &MdevType) -> EngineResult<Option<String>> {
+    fn room_for(
+        &self,
+        gpu: &str,
+        ty: &MdevType,
+        create_instance: bool,
+    ) -> EngineResult<Option<String>> {
         if self.offers_sriov_vgpu(gpu) {
             let Some(number) = crate::discovery::sriov::nvidia_type_number(&ty.id) else {
                 return Ok(Some(format!("{} is not an NVIDIA vGPU type", ty.id)));
@@ -223,6 +257,18 @@ impl Engine {
             let free = states
                 .iter()
                 .any(|s| s.current == 0 && s.creatable.iter().any(|c| c.id == number));
+            // A MIG-backed type fits where a VF is free and a GPU instance could be made.
+            if !free {
+                if let Some(room) = self.mig_room(gpu, number, create_instance) {
+                    let vf_free = states.iter().any(|s| s.current == 0);
+                    if room > 0 && vf_free {
+                        return Ok(None);
+                    }
+                    if room == 0 {
+                        return Ok(Some(self.why_no_instance(gpu, number, create_instance)));
+                    }
+                }
+            }
             return Ok((!free).then(|| self.why_vfs_full(gpu, ty, &states)));
         }
         Ok(match self.free_mdev_parent(gpu, &ty.id)? {
@@ -511,6 +557,9 @@ impl Engine {
         let info = self.known(&uuid)?;
         if info.kind != DeviceKind::Mdev {
             self.release_pci(&info, false)?;
+            if info.kind == DeviceKind::SriovVgpu {
+                self.release_instance_of(&info.parent, &uuid);
+            }
             if let Err(e) = state::remove(&self.host, &uuid) {
                 // The intent stays open: the next start finishes the removal.
                 return Err(EngineError::persist(format!("forgetting {uuid}"), e));
@@ -889,4 +938,9 @@ fn record_of(info: &DeviceInfo, params: Option<String>) -> state::DeviceRecord {
 /// Attributes as a map, for devices described from a definition.
 pub(super) fn attr_map(attrs: &[(String, String)]) -> BTreeMap<String, String> {
     attrs.iter().cloned().collect()
+}
+
+/// The NVIDIA type number of a vendor-VFIO type (`nvidia-1414` → 1414).
+fn sriov_type_number(ty: &MdevType) -> Option<u32> {
+    crate::discovery::sriov::nvidia_type_number(&ty.id)
 }

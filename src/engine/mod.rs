@@ -17,9 +17,12 @@ mod admission;
 mod error;
 pub mod events;
 mod lifecycle;
+pub mod mig;
 mod pci_devices;
 mod reconcile;
 mod request;
+pub mod scheduler;
+pub mod telemetry;
 mod sriov;
 #[cfg(test)]
 mod tests;
@@ -179,6 +182,8 @@ pub struct Engine {
     autostart_pending: Mutex<BTreeSet<String>>,
     /// Every change of state, for the D-Bus adapter, the audit log and metrics.
     events: EventBus,
+    /// The NVIDIA driver's control plane (NVML), or the backend that says why there is none.
+    control: Arc<dyn crate::gpu_control::GpuControl>,
 }
 
 /// Where NVIDIA installs `nvidia-smi`, relative to the root.
@@ -211,6 +216,9 @@ impl Engine {
             modes: Mutex::new(BTreeMap::new()),
             autostart_pending: Mutex::new(BTreeSet::new()),
             events: EventBus::default(),
+            control: Arc::new(crate::gpu_control::Unavailable::new(
+                "no NVML backend was configured",
+            )),
         };
         engine.rescan_gpus()?;
         // A GPU recorded in heterogeneous mode whose VFs are enabled is still in it (only a
@@ -252,6 +260,18 @@ impl Engine {
         let path: PathBuf = path.into();
         self.nvidia_smi = path.strip_prefix("/").map(PathBuf::from).unwrap_or(path);
         self
+    }
+
+    /// Uses this NVIDIA control plane (NVML) and reads what it says of every NVIDIA GPU.
+    pub fn with_control(mut self, control: Arc<dyn crate::gpu_control::GpuControl>) -> Self {
+        self.control = control;
+        self.refresh_nvidia_all(false);
+        self
+    }
+
+    /// The NVIDIA control plane.
+    pub fn control(&self) -> &dyn crate::gpu_control::GpuControl {
+        &*self.control
     }
 
     /// Uses these placement defaults for requests that name no policy or NUMA node.
@@ -297,11 +317,13 @@ impl Engine {
             discovery::scan_gpus(&self.host).map_err(|e| EngineError::host("scanning GPUs", e))?;
         let mut gpus = self.gpus.write().unwrap_or_else(|e| e.into_inner());
         let mut next = BTreeMap::new();
-        for (gpu, location) in scanned {
+        for (mut gpu, location) in scanned {
             let lock = gpus
                 .get(&gpu.address)
                 .map(|e| e.lock.clone())
                 .unwrap_or_default();
+            // NVML's view is read by refresh_nvidia, not by the sysfs scan: it carries over.
+            gpu.nvidia = gpus.get(&gpu.address).and_then(|e| e.gpu.nvidia.clone());
             next.insert(
                 gpu.address.clone(),
                 GpuEntry {
@@ -434,11 +456,21 @@ impl Engine {
             .sharing_modes
             .contains(&crate::model::SharingMode::SriovVgpu)
         {
-            return Ok(discovery::vgpu_types(
-                &gpu.model,
-                &self.vf_states(address)?,
-                self.is_heterogeneous(address),
-            ));
+            let states = self.vf_states(address)?;
+            let mut types =
+                discovery::vgpu_types(&gpu.model, &states, self.is_heterogeneous(address));
+            // A MIG-backed type counts the GPU instances that are free or could be made,
+            // bounded by the free VFs.
+            let free_vfs = u32::try_from(states.iter().filter(|s| s.current == 0).count())
+                .unwrap_or(u32::MAX);
+            for t in &mut types {
+                let room = discovery::sriov::nvidia_type_number(&t.id)
+                    .and_then(|n| self.mig_room(address, n, true));
+                if let Some(room) = room {
+                    t.available_instances = room.min(free_vfs);
+                }
+            }
+            return Ok(types);
         }
         if is_mdev_parent {
             let mut types = gpu.types;
@@ -654,6 +686,17 @@ impl Engine {
             entry.0 += 1;
             entry.1.push((d.type_id.clone(), fb));
         }
+        // least-busy: the GPUs' measured utilization, read once per GPU.
+        let mut busy: BTreeMap<String, Option<u32>> = BTreeMap::new();
+        if policy == Policy::LeastBusy {
+            for (parent, _) in &matches {
+                let gpu = pf_of.get(parent).unwrap_or(parent).clone();
+                if !busy.contains_key(&gpu) {
+                    let u = self.control.metrics(&gpu).ok().and_then(|m| m.gpu_utilization);
+                    busy.insert(gpu, u);
+                }
+            }
+        }
         matches.sort_by_key(|(parent, ty)| {
             let (active, running) = load.get(parent).cloned().unwrap_or_default();
             let fb = ty.framebuffer_bytes();
@@ -662,7 +705,9 @@ impl Engine {
                 .filter(|(id, f)| *id == ty.id || (fb > 0 && *f == fb))
                 .count();
             let off_node = numa.is_some() && numa_of.get(parent).copied().flatten() != numa;
-            placement_key(policy, off_node, active, alike, parent)
+            let gpu = pf_of.get(parent).unwrap_or(parent);
+            let utilization = busy.get(gpu).copied().flatten();
+            placement_key(policy, off_node, active, alike, utilization, parent)
         });
         Ok(matches)
     }
@@ -813,12 +858,14 @@ impl Engine {
 /// The sort key of a candidate GPU (smaller goes first). Off the preferred NUMA node goes
 /// last under either policy. `pack` takes GPUs running the type or its framebuffer size
 /// (`alike` devices; NVIDIA runs one size at a time) first, fullest first, then GPUs with
-/// other devices, then empty ones; `spread` takes the least loaded first.
+/// other devices, then empty ones; `spread` takes the least loaded first; `least-busy` the
+/// lowest measured `utilization` first (unmeasured GPUs after, as `spread` orders them).
 pub fn placement_key(
     policy: Policy,
     off_node: bool,
     active: usize,
     alike: usize,
+    utilization: Option<u32>,
     address: &str,
 ) -> (bool, u8, usize, String) {
     match policy {
@@ -833,6 +880,10 @@ pub fn placement_key(
             (off_node, tier, usize::MAX - active, address.to_string())
         }
         Policy::Spread => (off_node, 0, active, address.to_string()),
+        Policy::LeastBusy => match utilization {
+            Some(u) => (off_node, 0, u as usize, address.to_string()),
+            None => (off_node, 1, active, address.to_string()),
+        },
     }
 }
 

@@ -45,6 +45,12 @@ pub struct GpuRestore {
     pub current_vfs: u32,
     /// NVIDIA's heterogeneous vGPU mode is recorded.
     pub heterogeneous: bool,
+    /// The MIG mode recorded, if vgpud set one.
+    pub mig_mode: Option<bool>,
+    /// GPU instances are recorded.
+    pub gpu_instances: bool,
+    /// A scheduler setting is recorded.
+    pub scheduler: bool,
 }
 
 /// One step of a restore.
@@ -56,6 +62,25 @@ pub enum RestoreStep {
         pf: String,
         /// The recorded count.
         count: u32,
+    },
+    /// Check that a GPU is in the recorded MIG mode (the GPU keeps the mode across reboots;
+    /// a difference is reported).
+    CheckMigMode {
+        /// The physical function.
+        pf: String,
+        /// The recorded mode.
+        enabled: bool,
+    },
+    /// Make the recorded GPU instances again at their placements (after the VFs, whose
+    /// enablement destroys GPU instances, and before the vGPUs in them).
+    RestoreGpuInstances {
+        /// The physical function.
+        pf: String,
+    },
+    /// Apply the recorded vGPU scheduler at runtime (before any vGPU runs).
+    SetScheduler {
+        /// The physical function.
+        pf: String,
     },
     /// Set NVIDIA's heterogeneous vGPU mode of a GPU (after its VFs, before its vGPUs).
     SetHeterogeneous {
@@ -89,10 +114,12 @@ pub fn stage_of(kind: DeviceKind) -> Stage {
     }
 }
 
-/// Plans the restore at start: first the recorded VF counts that differ from the host's, then
-/// the recorded vGPU modes, then every persistent, autostart device that is not active, stage
-/// by stage in boot order; within a stage, first the wait for its parents, then the devices
-/// by parent and UUID. A pure function: the order is unit-tested.
+/// Plans the restore at start, in boot order: the recorded VF counts that differ from the
+/// host's; the MIG mode checks; the GPU instances (after the VFs: `sriov-manage -e` destroys
+/// them); the recorded vGPU modes; the scheduler settings; then every persistent, autostart
+/// device that is not active, stage by stage (SR-IOV vGPUs, mdevs, passthrough); within a
+/// stage, first the wait for its parents, then the devices by parent and UUID. A pure
+/// function: the order is unit-tested.
 pub fn plan_restore(devices: &[DeviceInfo], gpus: &[GpuRestore]) -> Vec<RestoreStep> {
     let mut steps: Vec<RestoreStep> = gpus
         .iter()
@@ -102,10 +129,26 @@ pub fn plan_restore(devices: &[DeviceInfo], gpus: &[GpuRestore]) -> Vec<RestoreS
             count: g.num_vfs,
         })
         .collect();
+    steps.extend(gpus.iter().filter_map(|g| {
+        g.mig_mode.map(|enabled| RestoreStep::CheckMigMode {
+            pf: g.pf.clone(),
+            enabled,
+        })
+    }));
+    steps.extend(
+        gpus.iter()
+            .filter(|g| g.gpu_instances && g.mig_mode != Some(false))
+            .map(|g| RestoreStep::RestoreGpuInstances { pf: g.pf.clone() }),
+    );
     steps.extend(
         gpus.iter()
             .filter(|g| g.heterogeneous && g.num_vfs > 0)
             .map(|g| RestoreStep::SetHeterogeneous { pf: g.pf.clone() }),
+    );
+    steps.extend(
+        gpus.iter()
+            .filter(|g| g.scheduler)
+            .map(|g| RestoreStep::SetScheduler { pf: g.pf.clone() }),
     );
     let mut by_stage: BTreeMap<Stage, Vec<(String, String)>> = BTreeMap::new();
     for d in devices
@@ -144,6 +187,8 @@ pub struct RestoreReport {
     pub missing_parents: Vec<String>,
     /// VF counts set again, by physical function.
     pub vf_counts: Vec<(String, u32)>,
+    /// GPU instances made again, by physical function.
+    pub gpu_instances: Vec<(String, usize)>,
 }
 
 /// The devices that should be known: active ones, defined ones, recorded ones; and the
@@ -611,6 +656,25 @@ impl Engine {
                     missing = self.wait_for_parents(stage, &parents, parent_timeout);
                     report.missing_parents.extend(missing.iter().cloned());
                 }
+                RestoreStep::CheckMigMode { pf, enabled } => {
+                    if let Err(e) = self.check_mig_mode(&pf, enabled) {
+                        tracing::warn!(%pf, error = %e, "the GPU is not in its recorded MIG mode");
+                        report.failed.push((pf, e.to_string()));
+                    }
+                }
+                RestoreStep::RestoreGpuInstances { pf } => match self.restore_instances(&pf) {
+                    Ok(n) => report.gpu_instances.push((pf, n)),
+                    Err(e) => {
+                        tracing::warn!(%pf, error = %e, "could not restore the MIG layout");
+                        report.failed.push((pf, e.to_string()));
+                    }
+                },
+                RestoreStep::SetScheduler { pf } => {
+                    if let Err(e) = self.restore_scheduler(&pf) {
+                        tracing::warn!(%pf, error = %e, "could not restore the vGPU scheduler");
+                        report.failed.push((pf, e.to_string()));
+                    }
+                }
                 RestoreStep::SetHeterogeneous { pf } => {
                     if let Err(e) = self.apply_heterogeneous(&pf) {
                         tracing::warn!(%pf, error = %e, "could not restore the heterogeneous vGPU mode");
@@ -684,6 +748,8 @@ impl Engine {
             (Vec::new(), Vec::new())
         };
         let mut changes = self.refresh(false)?;
+        // GPU instances made or destroyed by other tools are drift.
+        self.refresh_nvidia_all(true);
         // Autostart devices of GPUs that appeared are started; one whose start failed (a
         // driver still registering its types, say) is tried again at every look until it
         // starts or stops being an autostart device of a present GPU.

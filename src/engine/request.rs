@@ -19,6 +19,10 @@ pub enum Policy {
     Pack,
     /// The least-loaded GPU first (empty GPUs first), for performance.
     Spread,
+    /// The GPU with the lowest measured utilization (NVML) first; GPUs NVML cannot measure
+    /// come after, least loaded first.
+    #[serde(rename = "least-busy")]
+    LeastBusy,
 }
 
 impl Policy {
@@ -27,6 +31,7 @@ impl Policy {
         match self {
             Policy::Pack => "pack",
             Policy::Spread => "spread",
+            Policy::LeastBusy => "least-busy",
         }
     }
 
@@ -35,8 +40,9 @@ impl Policy {
         match s {
             "pack" => Ok(Policy::Pack),
             "spread" => Ok(Policy::Spread),
+            "least-busy" => Ok(Policy::LeastBusy),
             other => Err(EngineError::InvalidArgument(format!(
-                "placement policy {:?} is not one of \"pack\", \"spread\"",
+                "placement policy {:?} is not one of \"pack\", \"spread\", \"least-busy\"",
                 shorten(other)
             ))),
         }
@@ -70,6 +76,9 @@ pub struct CreateRequest {
     /// With `uuid`: a device of that UUID and the same type is the answer (started if it is
     /// defined but not active) instead of `Exists`, so a retried create is harmless.
     pub exist_ok: bool,
+    /// A MIG-backed vGPU may get a GPU instance made for it when none of its profile is
+    /// free (destroyed again with the device).
+    pub create_instance: bool,
 }
 
 impl Default for CreateRequest {
@@ -87,6 +96,7 @@ impl Default for CreateRequest {
             policy: None,
             numa_node: None,
             exist_ok: false,
+            create_instance: true,
         }
     }
 }
@@ -168,6 +178,11 @@ pub(super) fn check_name(what: &str, value: &str) -> EngineResult<()> {
         )));
     }
     Ok(())
+}
+
+/// A free string of at most `max` bytes without control characters.
+pub(super) fn check_len(what: &str, value: &str, max: usize) -> EngineResult<()> {
+    check_text(what, value, max, false)
 }
 
 fn check_text(what: &str, value: &str, max: usize, empty_ok: bool) -> EngineResult<()> {

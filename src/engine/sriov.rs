@@ -28,14 +28,14 @@ impl Engine {
     }
 
     /// The lock of a physical GPU named by a caller (checked as a name first).
-    fn physical_gpu_lock(&self, pf: &str) -> EngineResult<std::sync::Arc<std::sync::Mutex<()>>> {
+    pub(super) fn physical_gpu_lock(&self, pf: &str) -> EngineResult<std::sync::Arc<std::sync::Mutex<()>>> {
         super::request::check_name("gpu", pf)?;
         self.gpu_lock(pf)
             .filter(|_| self.with_gpu(pf, |g| g.is_physical()).unwrap_or(false))
             .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))
     }
 
-    fn settings(&self, pf: &str) -> EngineResult<persist::sriov::GpuSettings> {
+    pub(super) fn settings(&self, pf: &str) -> EngineResult<persist::sriov::GpuSettings> {
         persist::sriov::read(&self.host, pf)
             .map_err(|e| EngineError::persist(format!("reading the settings of {pf}"), e))
     }
@@ -43,7 +43,7 @@ impl Engine {
     /// Records a GPU's heterogeneous mode and tells the event stream when it changed. The
     /// mode the driver is in is also kept under `run/vgpud/modes/` (gone at a reboot, as the
     /// mode is), so a restarted vgpud knows it also when it was not set persistently.
-    fn set_mode(&self, pf: &str, enabled: bool) {
+    pub(super) fn set_mode(&self, pf: &str, enabled: bool) {
         let mut modes = lock(&self.modes);
         if modes.insert(pf.to_string(), enabled).unwrap_or(false) != enabled {
             self.events.send(super::Event::GpuModeChanged {
@@ -330,6 +330,9 @@ impl Engine {
                     num_vfs: r.num_vfs,
                     current_vfs: current,
                     heterogeneous: r.heterogeneous,
+                    mig_mode: r.mig_mode,
+                    gpu_instances: !r.gpu_instances.is_empty(),
+                    scheduler: r.scheduler.is_some(),
                 }
             })
             .collect()

@@ -303,6 +303,9 @@ fn the_restore_plan_sets_vf_counts_then_vgpu_modes_then_vgpus_mdevs_and_passthro
         num_vfs,
         current_vfs,
         heterogeneous,
+        mig_mode: None,
+        gpu_instances: false,
+        scheduler: false,
     };
     let counts = vec![
         gpu("0000:41:00.0", 32, 0, true),
@@ -693,5 +696,64 @@ fn an_autostart_device_whose_start_failed_on_a_gpu_that_appeared_is_tried_again(
     assert!(
         e.device(&dev.uuid).expect("known").active,
         "tried again and started"
+    );
+}
+
+#[test]
+fn the_restore_makes_mig_layouts_after_the_vfs_and_before_the_vgpus() {
+    let mut vgpu = defined("v", "0000:41:00.0", false, true);
+    vgpu.kind = DeviceKind::SriovVgpu;
+    let gpus = vec![
+        GpuRestore {
+            pf: "0000:41:00.0".into(),
+            num_vfs: 16,
+            current_vfs: 0,
+            heterogeneous: true,
+            mig_mode: Some(true),
+            gpu_instances: true,
+            scheduler: true,
+        },
+        // MIG recorded off: its stale instances are not made.
+        GpuRestore {
+            pf: "0000:c1:00.0".into(),
+            num_vfs: 0,
+            current_vfs: 0,
+            heterogeneous: false,
+            mig_mode: Some(false),
+            gpu_instances: true,
+            scheduler: false,
+        },
+    ];
+    let pf = |s: &str| s.to_string();
+    assert_eq!(
+        plan_restore(&[vgpu], &gpus),
+        vec![
+            RestoreStep::SetVfCount {
+                pf: pf("0000:41:00.0"),
+                count: 16
+            },
+            RestoreStep::CheckMigMode {
+                pf: pf("0000:41:00.0"),
+                enabled: true
+            },
+            RestoreStep::CheckMigMode {
+                pf: pf("0000:c1:00.0"),
+                enabled: false
+            },
+            RestoreStep::RestoreGpuInstances {
+                pf: pf("0000:41:00.0")
+            },
+            RestoreStep::SetHeterogeneous {
+                pf: pf("0000:41:00.0")
+            },
+            RestoreStep::SetScheduler {
+                pf: pf("0000:41:00.0")
+            },
+            RestoreStep::WaitForParents {
+                stage: Stage::SriovVgpuTypes,
+                parents: vec![pf("0000:41:00.0")],
+            },
+            start(Stage::SriovVgpuTypes, "v", "0000:41:00.0"),
+        ]
     );
 }

@@ -165,7 +165,7 @@ pub struct MigProfile {
 }
 
 /// A GPU instance that exists (`nvmlDeviceGetGpuInstances` + `nvmlGpuInstanceGetInfo`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct GpuInstance {
     /// The GPU instance ID.
     pub id: u32,

@@ -26,12 +26,82 @@ pub struct GpuSettings {
     /// NVIDIA's heterogeneous (mixed-size) vGPU mode.
     #[serde(default)]
     pub heterogeneous: bool,
+    /// The MIG mode vgpud set (`None`: vgpud never set it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_mode: Option<bool>,
+    /// The GPU instances to have, in creation order: made again at boot at the same
+    /// placements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_instances: Vec<RecordedInstance>,
+    /// The vGPU scheduler setting to apply at boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<RecordedScheduler>,
+}
+
+/// A GPU instance vgpud made and keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedInstance {
+    /// The profile ID (`nvidia-smi mig -lgip` ID, not the NVML index).
+    pub profile_id: u32,
+    /// The first memory slice of its placement.
+    pub start: u32,
+    /// The placement's size in slices.
+    pub size: u32,
+    /// Whether one compute instance spanning it was made too.
+    #[serde(default = "yes")]
+    pub compute_instance: bool,
+    /// The GPU-instance ID it has now (IDs are given by the driver and change at boot).
+    #[serde(default)]
+    pub id: u32,
+    /// The vGPU device it was made for on demand (destroyed with it); empty for an instance
+    /// made by CreateGpuInstance.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub for_device: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A vGPU scheduler setting vgpud applies at boot (and renders as `RmPVMRL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedScheduler {
+    /// `best-effort`, `equal-share` or `fixed-share`.
+    pub policy: RecordedPolicy,
+    /// Adaptive round robin on.
+    #[serde(default)]
+    pub arr: bool,
+    /// Time slice in ms (0: default).
+    #[serde(default)]
+    pub timeslice_ms: u32,
+    /// ARR averaging factor (0: default).
+    #[serde(default)]
+    pub avg_factor: u32,
+    /// ARR frequency in Hz (0: default).
+    #[serde(default)]
+    pub frequency_hz: u32,
+}
+
+/// A scheduler policy as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordedPolicy {
+    /// Best effort.
+    BestEffort,
+    /// Equal share.
+    EqualShare,
+    /// Fixed share.
+    FixedShare,
 }
 
 impl GpuSettings {
     /// Nothing set: a function in this state has no file.
     pub fn is_default(&self) -> bool {
-        self.num_vfs == 0 && !self.heterogeneous
+        self.num_vfs == 0
+            && !self.heterogeneous
+            && self.mig_mode.is_none()
+            && self.gpu_instances.is_empty()
+            && self.scheduler.is_none()
     }
 }
 
@@ -54,6 +124,9 @@ pub fn read(host: &Host, pf: &str) -> PersistResult<GpuSettings> {
             pf: pf.to_string(),
             num_vfs: 0,
             heterogeneous: false,
+            mig_mode: None,
+            gpu_instances: Vec::new(),
+            scheduler: None,
         }))
 }
 

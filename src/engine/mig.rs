@@ -1,0 +1,862 @@
+//! MIG through the NVIDIA driver's control plane ([`crate::gpu_control`]): the mode, GPU
+//! instances made and destroyed without ever taking one a device uses, the layout recorded
+//! (profile ID and placement) and made again at boot, instances made or destroyed behind
+//! vgpud's back reported as drift, and the NVML snapshot each NVIDIA GPU's properties show.
+//!
+//! Placement of a new instance is a pure function ([`choose_placement`]): among the free
+//! placements of the profile, the one that leaves the most room for the other profiles
+//! (weighted by their size), so whole-GPU and large profiles stay possible as long as they can.
+
+use std::collections::BTreeMap;
+
+use super::{lock, Engine, EngineError, EngineResult, Event};
+use crate::gpu_control::{ControlError, GpuInstance, MigMode, MigProfile, Placement};
+use crate::model::{DeviceKind, GpuInstanceView, NvidiaState, VENDOR_NVIDIA};
+use crate::persist::{self, sriov::RecordedInstance};
+
+/// The longest profile argument accepted (`MIG 1g.18gb+me`, `19`).
+pub const MAX_PROFILE_LEN: usize = 64;
+
+/// Whether two placements share a memory slice.
+fn overlaps(a: Placement, b: Placement) -> bool {
+    a.start < b.start + b.size && b.start < a.start + a.size
+}
+
+/// The placements of `profile` that no instance in `instances` overlaps.
+pub fn free_placements(profile: &MigProfile, instances: &[GpuInstance]) -> Vec<Placement> {
+    profile
+        .placements
+        .iter()
+        .copied()
+        .filter(|p| !instances.iter().any(|i| overlaps(*p, i.placement)))
+        .collect()
+}
+
+/// How many more instances of `profile` fit, placing them greedily (lowest start first) and
+/// bounded by the profile's remaining count.
+pub fn room_for_more(profile: &MigProfile, instances: &[GpuInstance]) -> u32 {
+    let mut taken: Vec<GpuInstance> = instances.to_vec();
+    let mut n = 0;
+    while n < profile.remaining {
+        let Some(p) = free_placements(profile, &taken).into_iter().next() else {
+            break;
+        };
+        taken.push(GpuInstance {
+            placement: p,
+            ..GpuInstance::default()
+        });
+        n += 1;
+    }
+    n
+}
+
+/// Where a new instance of `profile_id` goes: the free placement after which the other
+/// profiles keep the most room (the count of their free placements, weighted by size), the
+/// highest start on a tie. `None` when no placement is free.
+pub fn choose_placement(
+    profiles: &[MigProfile],
+    profile_id: u32,
+    instances: &[GpuInstance],
+) -> Option<Placement> {
+    let profile = profiles.iter().find(|p| p.id == profile_id)?;
+    let score = |candidate: Placement| -> u64 {
+        let mut after = instances.to_vec();
+        after.push(GpuInstance {
+            placement: candidate,
+            ..GpuInstance::default()
+        });
+        profiles
+            .iter()
+            .map(|p| free_placements(p, &after).len() as u64 * u64::from(p.slices.max(1)))
+            .sum()
+    };
+    free_placements(profile, instances)
+        .into_iter()
+        .max_by_key(|c| (score(*c), c.start))
+}
+
+/// Finds a profile by ID (`19`), by name (`1g.18gb`, `MIG 1g.18gb`), any case.
+pub fn find_profile<'a>(profiles: &'a [MigProfile], query: &str) -> Option<&'a MigProfile> {
+    let q = query.trim();
+    if let Ok(id) = q.parse::<u32>() {
+        return profiles.iter().find(|p| p.id == id);
+    }
+    let bare = |s: &str| {
+        s.trim()
+            .trim_start_matches("MIG ")
+            .trim_start_matches("mig ")
+            .to_ascii_lowercase()
+    };
+    profiles.iter().find(|p| bare(&p.name) == bare(q))
+}
+
+/// The profile's name as vgpud shows it (`1g.18gb`).
+pub fn profile_name(profile: &MigProfile) -> String {
+    profile.name.trim_start_matches("MIG ").to_string()
+}
+
+/// The engine's error for a control-plane error.
+pub(super) fn control_error(e: ControlError) -> EngineError {
+    let msg = e.to_string();
+    match e {
+        ControlError::Unavailable(_) => EngineError::NotSupported(msg),
+        ControlError::NotSupported { .. } => EngineError::NotSupported(msg),
+        ControlError::InUse { .. } => EngineError::Busy(msg),
+        ControlError::InsufficientResources { .. } => EngineError::NoRoom(msg),
+        ControlError::NotFound { .. } => EngineError::NotFound(msg),
+        ControlError::InvalidArgument { .. } => EngineError::InvalidArgument(msg),
+        ControlError::ResetRequired { .. } => EngineError::NeedsReset(msg),
+        ControlError::NoPermission { .. } | ControlError::Other { .. } => EngineError::Control(msg),
+    }
+}
+
+impl Engine {
+    /// Checks that `gpu` names a physical NVIDIA GPU vgpud knows.
+    pub(super) fn nvidia_gpu(&self, gpu: &str) -> EngineResult<()> {
+        super::request::check_name("gpu", gpu)?;
+        match self.with_gpu(gpu, |g| g.is_physical() && g.vendor_id == VENDOR_NVIDIA) {
+            Some(true) => Ok(()),
+            Some(false) => Err(EngineError::NotSupported(format!(
+                "{gpu} is not an NVIDIA GPU: MIG and the vGPU scheduler are NVIDIA's"
+            ))),
+            None => Err(EngineError::NotFound(format!("no GPU {gpu} on this host"))),
+        }
+    }
+
+    /// Whether NVML answers; the reason otherwise.
+    pub fn nvml_status(&self) -> Result<(), String> {
+        self.control.availability()
+    }
+
+    /// The NVIDIA GPUs (physical), by address.
+    fn nvidia_gpus(&self) -> Vec<String> {
+        self.gpus()
+            .values()
+            .filter(|e| e.gpu.is_physical() && e.gpu.vendor_id == VENDOR_NVIDIA)
+            .map(|e| e.gpu.address.clone())
+            .collect()
+    }
+
+    /// Reads what NVML says of `pf` now. `None` when NVML is unavailable or does not know it.
+    fn read_nvidia_state(&self, pf: &str) -> Option<NvidiaState> {
+        let c = &*self.control;
+        if c.availability().is_err() {
+            return None;
+        }
+        c.gpu(pf).ok()?;
+        let mig = c.mig_mode(pf).ok();
+        let (profiles, instances) = match mig {
+            Some(m) if m.current => (
+                c.mig_profiles(pf).unwrap_or_default(),
+                c.gpu_instances(pf).unwrap_or_default(),
+            ),
+            Some(_) => (c.mig_profiles(pf).unwrap_or_default(), Vec::new()),
+            None => (Vec::new(), Vec::new()),
+        };
+        let active = c.active_vgpus(pf).unwrap_or_default();
+        let devices = self.devices_of(pf);
+        let user_of = |gi: u32| -> String {
+            active
+                .iter()
+                .filter(|v| v.gpu_instance_id == Some(gi))
+                .find_map(|v| {
+                    devices
+                        .iter()
+                        .find(|d| {
+                            (d.kind == DeviceKind::SriovVgpu
+                                && !v.pci_address.is_empty()
+                                && d.address
+                                    .as_deref()
+                                    .is_some_and(|a| a.eq_ignore_ascii_case(&v.pci_address)))
+                                || (!v.mdev_uuid.is_empty()
+                                    && d.uuid.eq_ignore_ascii_case(&v.mdev_uuid))
+                        })
+                        .map(|d| d.uuid.clone())
+                        .or_else(|| Some(format!("(vGPU type {})", v.type_id)))
+                })
+                .unwrap_or_default()
+        };
+        let gpu_instances = instances
+            .into_iter()
+            .map(|i| GpuInstanceView {
+                profile: profiles
+                    .iter()
+                    .find(|p| p.id == i.profile_id)
+                    .map(profile_name)
+                    .unwrap_or_else(|| format!("profile {}", i.profile_id)),
+                device: user_of(i.id),
+                instance: i,
+            })
+            .collect();
+        Some(NvidiaState {
+            mig,
+            profiles,
+            gpu_instances,
+            vgpu_types: c.vgpu_types(pf).unwrap_or_default(),
+            scheduler: c.scheduler(pf).ok(),
+            heterogeneous: c.heterogeneous_mode(pf).ok(),
+        })
+    }
+
+    /// Reads NVML's view of `pf` again and publishes what changed. With `external`, GPU
+    /// instances that appeared or vanished are drift (vgpud did not do it); vgpud's own
+    /// operations call this with `false` under the GPU's lock.
+    pub(super) fn refresh_nvidia(&self, pf: &str, external: bool) {
+        let state = self.read_nvidia_state(pf);
+        let mut events = Vec::new();
+        {
+            let mut gpus = self.gpus.write().unwrap_or_else(|e| e.into_inner());
+            let Some(entry) = gpus.get_mut(pf) else {
+                return;
+            };
+            if entry.gpu.nvidia == state {
+                return;
+            }
+            let before = entry.gpu.clone();
+            entry.gpu.nvidia = state.clone();
+            if external {
+                events.extend(instance_drift(pf, before.nvidia.as_ref(), state.as_ref()));
+            }
+            events.push(Event::GpuChanged {
+                before,
+                after: entry.gpu.clone(),
+            });
+            events.push(Event::CapacityChanged { gpu: pf.to_string() });
+            self.events.send_all(events);
+        }
+        // A mode set by another tool is seen (NVML says what the driver is in).
+        if let Some(h) = state.and_then(|s| s.heterogeneous) {
+            if h != self.is_heterogeneous(pf) {
+                self.set_mode(pf, h);
+            }
+        }
+    }
+
+    /// Refreshes every NVIDIA GPU's NVML view (at start, and at every look at the host),
+    /// each under its GPU's lock, so an operation of vgpud's own in flight is not drift.
+    pub fn refresh_nvidia_all(&self, external: bool) {
+        if self.control.availability().is_err() {
+            return;
+        }
+        for pf in self.nvidia_gpus() {
+            let gpu_lock = self.gpu_lock(&pf);
+            let _held = gpu_lock.as_ref().map(|l| lock(l));
+            self.refresh_nvidia(&pf, external);
+        }
+    }
+
+    /// NVML's view of a GPU as last read.
+    pub fn nvidia_state(&self, pf: &str) -> Option<NvidiaState> {
+        self.with_gpu(pf, |g| g.nvidia.clone()).flatten()
+    }
+
+    /// The GPU-instance profiles of `gpu`, with what is free now.
+    pub fn mig_profiles(&self, gpu: &str) -> EngineResult<Vec<(MigProfile, Vec<Placement>)>> {
+        self.nvidia_gpu(gpu)?;
+        let profiles = self.control.mig_profiles(gpu).map_err(control_error)?;
+        let instances = match self.control.mig_mode(gpu).map_err(control_error)? {
+            m if m.current => self.control.gpu_instances(gpu).map_err(control_error)?,
+            _ => Vec::new(),
+        };
+        Ok(profiles
+            .into_iter()
+            .map(|p| {
+                let free = free_placements(&p, &instances);
+                (p, free)
+            })
+            .collect())
+    }
+
+    /// Turns MIG on or off. Refused while VFs are enabled, GPU instances exist or a device
+    /// runs on the GPU (`Busy`); a GPU without MIG is `NotSupported`; a mode that waits for a
+    /// reset is `NeedsReset` (the mode is pending). With `persistent` the mode is recorded and
+    /// checked at boot.
+    pub fn set_mig_mode(&self, gpu: &str, enabled: bool, persistent: bool) -> EngineResult<MigMode> {
+        self.nvidia_gpu(gpu)?;
+        let gpu_lock = self.physical_gpu_lock(gpu)?;
+        let held = lock(&gpu_lock);
+        let now = self.control.mig_mode(gpu).map_err(control_error)?;
+        let result = if now.current == enabled && now.pending == enabled {
+            Ok(now)
+        } else {
+            self.refuse_mig_change(gpu, enabled)?;
+            match self.control.set_mig_mode(gpu, enabled) {
+                Ok(m) if m.current == enabled => Ok(m),
+                Ok(m) => Err(EngineError::NeedsReset(format!(
+                    "MIG mode of {gpu} is pending {} until the GPU is reset (the driver applies it at the next GPU reset or reboot)",
+                    if m.pending { "on" } else { "off" }
+                ))),
+                Err(e) => Err(control_error(e)),
+            }
+        };
+        self.refresh_nvidia(gpu, false);
+        drop(held);
+        if persistent && !matches!(result, Err(ref e) if !matches!(e, EngineError::NeedsReset(_)))
+        {
+            let mut settings = self.settings(gpu)?;
+            settings.mig_mode = Some(enabled);
+            if !enabled {
+                settings.gpu_instances.clear();
+            }
+            persist::sriov::write(&self.host, &settings)
+                .map_err(|e| EngineError::persist(format!("recording the MIG mode of {gpu}"), e))?;
+        }
+        result
+    }
+
+    fn refuse_mig_change(&self, gpu: &str, enabled: bool) -> EngineResult<()> {
+        let vfs = self
+            .with_gpu(gpu, |g| g.sriov.as_ref().map_or(0, |s| s.num_vfs))
+            .unwrap_or(0);
+        if vfs > 0 {
+            return Err(EngineError::Busy(format!(
+                "{gpu} has {vfs} SR-IOV VFs enabled; the driver changes the MIG mode only with VFs off (SetVfCount {gpu} 0 first, then enable them again after)"
+            )));
+        }
+        let busy: Vec<String> = self
+            .devices_of(gpu)
+            .into_iter()
+            .filter(|d| d.active)
+            .map(|d| format!("{} ({})", d.uuid, d.type_name))
+            .collect();
+        if !busy.is_empty() {
+            return Err(EngineError::Busy(format!(
+                "{gpu} runs devices: {}; MIG mode changes only on an idle GPU",
+                busy.join(", ")
+            )));
+        }
+        if !enabled {
+            let instances = self.control.gpu_instances(gpu).unwrap_or_default();
+            if !instances.is_empty() {
+                let ids: Vec<String> = instances.iter().map(|i| i.id.to_string()).collect();
+                return Err(EngineError::Busy(format!(
+                    "{gpu} has GPU instances {}; destroy them first (DestroyGpuInstance)",
+                    ids.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a GPU instance of `profile` (ID or name) at placement start `placement` (or the
+    /// one [`choose_placement`] picks), with one compute instance if `compute_instance`.
+    /// With `persistent` it is recorded and made again at boot at the same placement.
+    pub fn create_gpu_instance(
+        &self,
+        gpu: &str,
+        profile: &str,
+        placement: Option<u32>,
+        compute_instance: bool,
+        persistent: bool,
+    ) -> EngineResult<GpuInstance> {
+        super::request::check_len("profile", profile, MAX_PROFILE_LEN)?;
+        self.nvidia_gpu(gpu)?;
+        let gpu_lock = self.physical_gpu_lock(gpu)?;
+        let held = lock(&gpu_lock);
+        let made = self.make_instance_locked(gpu, profile, placement, compute_instance)?;
+        self.refresh_nvidia(gpu, false);
+        drop(held);
+        if persistent {
+            self.record_instance(gpu, &made, compute_instance, "")?;
+        }
+        Ok(made)
+    }
+
+    /// [`Engine::create_gpu_instance`] with the GPU's lock held; refreshes nothing.
+    pub(super) fn make_instance_locked(
+        &self,
+        gpu: &str,
+        profile: &str,
+        placement: Option<u32>,
+        compute_instance: bool,
+    ) -> EngineResult<GpuInstance> {
+        let mode = self.control.mig_mode(gpu).map_err(control_error)?;
+        if !mode.current {
+            return Err(EngineError::NotSupported(format!(
+                "MIG is off on {gpu}{}; SetMigMode {gpu} true first",
+                if mode.pending {
+                    " (on is pending a GPU reset)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let profiles = self.control.mig_profiles(gpu).map_err(control_error)?;
+        let Some(p) = find_profile(&profiles, profile) else {
+            let known: Vec<String> = profiles
+                .iter()
+                .map(|p| format!("{} ({})", profile_name(p), p.id))
+                .collect();
+            return Err(EngineError::NotFound(format!(
+                "{gpu} has no GPU-instance profile {profile:?} (it has: {})",
+                known.join(", ")
+            )));
+        };
+        let instances = self.control.gpu_instances(gpu).map_err(control_error)?;
+        let at = match placement {
+            Some(start) => {
+                let Some(want) = p.placements.iter().copied().find(|q| q.start == start) else {
+                    let starts: Vec<String> =
+                        p.placements.iter().map(|q| q.start.to_string()).collect();
+                    return Err(EngineError::InvalidArgument(format!(
+                        "{} has no placement starting at {start} on {gpu} (its starts: {})",
+                        profile_name(p),
+                        starts.join(", ")
+                    )));
+                };
+                if let Some(i) = instances.iter().find(|i| overlaps(i.placement, want)) {
+                    return Err(EngineError::NoRoom(format!(
+                            "placement {start} of {} on {gpu} is taken by GPU instance {} ({}:{})",
+                            profile_name(p),
+                            i.id,
+                            i.placement.start,
+                            i.placement.size
+                        )));
+                }
+                Some(want)
+            }
+            None => Some(
+                choose_placement(&profiles, p.id, &instances).ok_or_else(|| {
+                    EngineError::NoRoom(format!(
+                            "no free placement of {} on {gpu} ({} instances exist)",
+                            profile_name(p),
+                            instances.len()
+                        ))
+                })?,
+            ),
+        };
+        self.control
+            .create_gpu_instance(gpu, p.id, at, compute_instance)
+            .map_err(control_error)
+    }
+
+    fn record_instance(
+        &self,
+        gpu: &str,
+        made: &GpuInstance,
+        compute_instance: bool,
+        for_device: &str,
+    ) -> EngineResult<()> {
+        let mut settings = self.settings(gpu)?;
+        settings
+            .gpu_instances
+            .retain(|r| (r.start, r.size) != (made.placement.start, made.placement.size));
+        settings.gpu_instances.push(RecordedInstance {
+            profile_id: made.profile_id,
+            start: made.placement.start,
+            size: made.placement.size,
+            compute_instance,
+            id: made.id,
+            for_device: for_device.to_string(),
+        });
+        persist::sriov::write(&self.host, &settings)
+            .map_err(|e| EngineError::persist(format!("recording the MIG layout of {gpu}"), e))
+    }
+
+    /// Destroys GPU instance `id` of `gpu`; refused (`Busy`) while a device uses it.
+    pub fn destroy_gpu_instance(&self, gpu: &str, id: u32) -> EngineResult<()> {
+        self.nvidia_gpu(gpu)?;
+        let gpu_lock = self.physical_gpu_lock(gpu)?;
+        let held = lock(&gpu_lock);
+        self.refresh_nvidia(gpu, false);
+        let state = self.nvidia_state(gpu).unwrap_or_default();
+        let Some(view) = state.gpu_instances.iter().find(|v| v.instance.id == id) else {
+            return Err(EngineError::NotFound(format!(
+                "{gpu} has no GPU instance {id}"
+            )));
+        };
+        if !view.device.is_empty() {
+            return Err(EngineError::Busy(format!(
+                "GPU instance {id} ({}) of {gpu} is used by {}; remove that device first",
+                view.profile, view.device
+            )));
+        }
+        let placement = view.instance.placement;
+        self.control
+            .destroy_gpu_instance(gpu, id)
+            .map_err(control_error)?;
+        self.refresh_nvidia(gpu, false);
+        drop(held);
+        self.forget_instance(gpu, placement)
+    }
+
+    fn forget_instance(&self, gpu: &str, placement: Placement) -> EngineResult<()> {
+        let mut settings = self.settings(gpu)?;
+        let before = settings.gpu_instances.len();
+        settings
+            .gpu_instances
+            .retain(|r| (r.start, r.size) != (placement.start, placement.size));
+        if settings.gpu_instances.len() == before {
+            return Ok(());
+        }
+        persist::sriov::write(&self.host, &settings)
+            .map_err(|e| EngineError::persist(format!("recording the MIG layout of {gpu}"), e))
+    }
+
+    /// The GPU-instance profile a vGPU type needs on `pf` (`None`: time-sliced, or NVML does
+    /// not say).
+    pub(super) fn mig_profile_of_type(&self, pf: &str, type_number: u32) -> Option<u32> {
+        self.nvidia_state(pf)?
+            .vgpu_types
+            .iter()
+            .find(|t| t.id == type_number)?
+            .gpu_instance_profile
+    }
+
+    /// For a MIG-backed type on a GPU in MIG mode: how many more vGPUs of it the GPU's MIG
+    /// layout allows (free instances of its profile, plus instances that could be made when
+    /// `create_instance`). `None` for other types and GPUs.
+    pub(super) fn mig_room(&self, pf: &str, type_number: u32, create_instance: bool) -> Option<u32> {
+        let profile_id = self.mig_profile_of_type(pf, type_number)?;
+        let state = self.nvidia_state(pf)?;
+        if !state.mig.is_some_and(|m| m.current) {
+            return Some(0);
+        }
+        let free = state
+            .gpu_instances
+            .iter()
+            .filter(|v| v.instance.profile_id == profile_id && v.device.is_empty())
+            .count();
+        let more = if create_instance {
+            let instances: Vec<GpuInstance> =
+                state.gpu_instances.iter().map(|v| v.instance).collect();
+            state
+                .profiles
+                .iter()
+                .find(|p| p.id == profile_id)
+                .map_or(0, |p| room_for_more(p, &instances))
+        } else {
+            0
+        };
+        Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
+    }
+
+    /// Why a MIG-backed type has no room on `pf`.
+    pub(super) fn why_no_instance(&self, pf: &str, type_number: u32, create_instance: bool) -> String {
+        let state = self.nvidia_state(pf).unwrap_or_default();
+        if !state.mig.is_some_and(|m| m.current) {
+            return format!("MIG is off (a MIG-backed type needs SetMigMode {pf} true)");
+        }
+        let profile = self
+            .mig_profile_of_type(pf, type_number)
+            .and_then(|id| state.profiles.iter().find(|p| p.id == id))
+            .map(profile_name)
+            .unwrap_or_default();
+        if create_instance {
+            format!("no free GPU instance of {profile} and no room to make one")
+        } else {
+            format!("no free GPU instance of {profile} (create_instance is false)")
+        }
+    }
+
+    /// Before a MIG-backed vGPU is written to a VF of `pf` (GPU lock held): makes a GPU
+    /// instance of the type's profile when none is free and `create_instance` allows.
+    /// Returns the instance made, if one was.
+    pub(super) fn instance_for_vgpu(
+        &self,
+        pf: &str,
+        type_number: u32,
+        create_instance: bool,
+    ) -> EngineResult<Option<GpuInstance>> {
+        let Some(profile_id) = self.mig_profile_of_type(pf, type_number) else {
+            return Ok(None);
+        };
+        self.refresh_nvidia(pf, true);
+        let state = self.nvidia_state(pf).unwrap_or_default();
+        if !state.mig.is_some_and(|m| m.current) {
+            return Ok(None);
+        }
+        let free = state
+            .gpu_instances
+            .iter()
+            .any(|v| v.instance.profile_id == profile_id && v.device.is_empty());
+        if free || !create_instance {
+            return Ok(None);
+        }
+        let made = self.make_instance_locked(pf, &profile_id.to_string(), None, false)?;
+        self.refresh_nvidia(pf, false);
+        Ok(Some(made))
+    }
+
+    /// Records that `made` was made for device `uuid` (destroyed when it is removed).
+    pub(super) fn record_instance_for(&self, pf: &str, made: &GpuInstance, uuid: &str) {
+        if let Err(e) = self.record_instance(pf, made, false, uuid) {
+            tracing::warn!(%pf, %uuid, error = %e, "could not record the GPU instance made for a device");
+        }
+    }
+
+    /// Undoes [`Engine::instance_for_vgpu`] when the vGPU could not be made (GPU lock held).
+    pub(super) fn drop_instance(&self, pf: &str, made: &GpuInstance) {
+        if let Err(e) = self.control.destroy_gpu_instance(pf, made.id) {
+            tracing::warn!(%pf, id = made.id, error = %e, "could not destroy the GPU instance made for a vGPU that failed");
+        }
+        self.refresh_nvidia(pf, false);
+    }
+
+    /// After device `uuid` of `pf` is gone: destroys the GPU instance vgpud made for it, if
+    /// no other vGPU has moved into it.
+    pub(super) fn release_instance_of(&self, pf: &str, uuid: &str) {
+        let Ok(settings) = self.settings(pf) else {
+            return;
+        };
+        let Some(rec) = settings
+            .gpu_instances
+            .iter()
+            .find(|r| r.for_device == uuid)
+            .cloned()
+        else {
+            return;
+        };
+        let gpu_lock = self.gpu_lock(pf);
+        let _held = gpu_lock.as_ref().map(|l| lock(l));
+        self.refresh_nvidia(pf, false);
+        let state = self.nvidia_state(pf).unwrap_or_default();
+        let here = state.gpu_instances.iter().find(|v| {
+            v.instance.placement.start == rec.start && v.instance.profile_id == rec.profile_id
+        });
+        match here {
+            Some(v) if v.device.is_empty() => {
+                if let Err(e) = self.control.destroy_gpu_instance(pf, v.instance.id) {
+                    tracing::warn!(%pf, id = v.instance.id, error = %e, "could not destroy the GPU instance of a removed vGPU");
+                    return;
+                }
+                self.refresh_nvidia(pf, false);
+            }
+            Some(v) => {
+                tracing::info!(%pf, id = v.instance.id, user = %v.device, "the GPU instance made for a removed vGPU is used by another; it stays");
+            }
+            None => {}
+        }
+        let placement = Placement {
+            start: rec.start,
+            size: rec.size,
+        };
+        if let Err(e) = self.forget_instance(pf, placement) {
+            tracing::warn!(%pf, error = %e, "could not update the recorded MIG layout");
+        }
+    }
+
+    /// Boot: checks the recorded MIG mode of `pf` (it survives reboots on the GPU; a
+    /// difference is reported, not forced).
+    pub(super) fn check_mig_mode(&self, pf: &str, enabled: bool) -> EngineResult<()> {
+        let mode = self.control.mig_mode(pf).map_err(control_error)?;
+        if mode.current == enabled {
+            return Ok(());
+        }
+        Err(EngineError::Busy(format!(
+            "{pf} is recorded with MIG {} but is {} (pending {}); SetMigMode sets it",
+            on_off(enabled),
+            on_off(mode.current),
+            on_off(mode.pending)
+        )))
+    }
+
+    /// Boot: makes the recorded GPU instances of `pf` again, at their placements, in the
+    /// recorded order; those of devices that are gone are forgotten.
+    pub(super) fn restore_instances(&self, pf: &str) -> EngineResult<usize> {
+        let gpu_lock = self.physical_gpu_lock(pf)?;
+        let held = lock(&gpu_lock);
+        let mut settings = self.settings(pf)?;
+        let existing = self.control.gpu_instances(pf).map_err(control_error)?;
+        let mut made = 0;
+        let mut failures = Vec::new();
+        let mut keep = Vec::new();
+        for mut rec in std::mem::take(&mut settings.gpu_instances) {
+            if !rec.for_device.is_empty()
+                && !self
+                    .device(&rec.for_device)
+                    .is_some_and(|d| d.persistent || d.active)
+            {
+                continue;
+            }
+            if let Some(i) = existing.iter().find(|i| {
+                i.placement.start == rec.start && i.profile_id == rec.profile_id
+            }) {
+                rec.id = i.id;
+                keep.push(rec);
+                continue;
+            }
+            let placement = Some(Placement {
+                start: rec.start,
+                size: rec.size,
+            });
+            match self
+                .control
+                .create_gpu_instance(pf, rec.profile_id, placement, rec.compute_instance)
+            {
+                Ok(i) => {
+                    rec.id = i.id;
+                    made += 1;
+                }
+                Err(e) => failures.push(format!(
+                    "profile {} at {}: {e}",
+                    rec.profile_id, rec.start
+                )),
+            }
+            keep.push(rec);
+        }
+        settings.gpu_instances = keep;
+        self.refresh_nvidia(pf, false);
+        drop(held);
+        persist::sriov::write(&self.host, &settings)
+            .map_err(|e| EngineError::persist(format!("recording the MIG layout of {pf}"), e))?;
+        if failures.is_empty() {
+            Ok(made)
+        } else {
+            Err(EngineError::Busy(format!(
+                "GPU instances of {pf} not made again: {}",
+                failures.join("; ")
+            )))
+        }
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The drift of GPU instances between two NVML views of `pf`.
+fn instance_drift(
+    pf: &str,
+    before: Option<&NvidiaState>,
+    after: Option<&NvidiaState>,
+) -> Vec<Event> {
+    let ids = |s: Option<&NvidiaState>| -> BTreeMap<(u32, u32), String> {
+        s.map(|s| {
+            s.gpu_instances
+                .iter()
+                .map(|v| ((v.instance.placement.start, v.instance.profile_id), v.profile.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    let (b, a) = (ids(before), ids(after));
+    // Without a view before (NVML just became available), nothing is drift.
+    if before.is_none() || after.is_none() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for ((start, _), name) in a.iter().filter(|(k, _)| !b.contains_key(k)) {
+        out.push(Event::GpuDrift {
+            gpu: pf.to_string(),
+            event: "gpu-instance-created-externally",
+            detail: format!("a GPU instance {name} at placement {start} appeared on {pf}, not made by vgpud"),
+        });
+    }
+    for ((start, _), name) in b.iter().filter(|(k, _)| !a.contains_key(k)) {
+        out.push(Event::GpuDrift {
+            gpu: pf.to_string(),
+            event: "gpu-instance-destroyed-externally",
+            detail: format!("the GPU instance {name} at placement {start} of {pf} was destroyed by another tool"),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(id: u32, slices: u32, size: u32, starts: &[u32], max: u32) -> MigProfile {
+        MigProfile {
+            id,
+            name: format!("MIG {slices}g.{id}gb"),
+            slices,
+            max_instances: max,
+            remaining: max,
+            placements: starts.iter().map(|&start| Placement { start, size }).collect(),
+            ..MigProfile::default()
+        }
+    }
+
+    /// The H100/H200 table of hardware.md §3.2 with the driver's placements.
+    fn hopper() -> Vec<MigProfile> {
+        vec![
+            profile(19, 1, 1, &[0, 1, 2, 3, 4, 5, 6], 7),
+            profile(15, 1, 2, &[0, 2, 4, 6], 4),
+            profile(14, 2, 2, &[0, 2, 4], 3),
+            profile(9, 3, 4, &[0, 4], 2),
+            profile(5, 4, 4, &[0], 1),
+            profile(0, 7, 8, &[0], 1),
+        ]
+    }
+
+    fn at(start: u32, size: u32, profile_id: u32) -> GpuInstance {
+        GpuInstance {
+            id: start + 1,
+            profile_id,
+            placement: Placement { start, size },
+            compute_instances: 0,
+        }
+    }
+
+    #[test]
+    fn free_placements_leave_out_taken_slices() {
+        let p = hopper();
+        let taken = [at(0, 4, 9)];
+        let free: Vec<u32> = free_placements(&p[3], &taken).iter().map(|p| p.start).collect();
+        assert_eq!(free, vec![4]);
+        assert!(free_placements(&p[5], &taken).is_empty());
+        assert_eq!(room_for_more(&p[0], &taken), 3);
+    }
+
+    #[test]
+    fn a_small_instance_goes_where_it_keeps_large_ones_possible() {
+        let p = hopper();
+        // On an empty GPU a 1g instance does not go to slice 0 (that would rule out 4g and
+        // one 3g); the highest start keeps the 4g and a 3g placement.
+        let first = choose_placement(&p, 19, &[]).expect("room");
+        assert_eq!(first.start, 6);
+        let after = [at(6, 1, 19)];
+        assert!(!free_placements(&p[4], &after).is_empty(), "4g still fits");
+        // A second 1g packs next to the first, still keeping 4g at 0.
+        let second = choose_placement(&p, 19, &after).expect("room");
+        assert_eq!(second.start, 5);
+        // A 3g on a GPU with a 1g at 6 takes 0 (4 overlaps the 1g).
+        assert_eq!(choose_placement(&p, 9, &after).map(|p| p.start), Some(0));
+        // Nothing left for 7g.
+        assert_eq!(choose_placement(&p, 0, &after), None);
+    }
+
+    #[test]
+    fn profiles_are_found_by_id_and_by_name() {
+        let mut p = hopper();
+        p[0].name = "MIG 1g.18gb".into();
+        assert_eq!(find_profile(&p, "19").map(|p| p.id), Some(19));
+        assert_eq!(find_profile(&p, "1g.18gb").map(|p| p.id), Some(19));
+        assert_eq!(find_profile(&p, "MIG 1G.18GB").map(|p| p.id), Some(19));
+        assert!(find_profile(&p, "8g.1tb").is_none());
+    }
+
+    #[test]
+    fn instances_that_appear_or_vanish_are_drift() {
+        let view = |starts: &[u32]| NvidiaState {
+            gpu_instances: starts
+                .iter()
+                .map(|&s| GpuInstanceView {
+                    instance: at(s, 1, 19),
+                    profile: "1g.18gb".into(),
+                    device: String::new(),
+                })
+                .collect(),
+            ..NvidiaState::default()
+        };
+        let d = instance_drift("g", Some(&view(&[0, 1])), Some(&view(&[1, 2])));
+        let names: Vec<&str> = d
+            .iter()
+            .map(|e| match e {
+                Event::GpuDrift { event, .. } => *event,
+                _ => "",
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec!["gpu-instance-created-externally", "gpu-instance-destroyed-externally"]
+        );
+        assert!(instance_drift("g", None, Some(&view(&[0]))).is_empty());
+    }
+}
