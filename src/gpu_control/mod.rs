@@ -8,6 +8,7 @@
 //! NVML features unavailable. GPUs are named by their PCI address (`0000:41:00.0`, the PF).
 
 pub mod nvml;
+pub mod probe;
 
 use std::fmt;
 
