@@ -53,6 +53,9 @@ pub struct FileConfig {
 pub struct NvidiaConfig {
     /// `nvidia_smi = "/usr/bin/nvidia-smi"`: sets the heterogeneous vGPU mode.
     pub nvidia_smi: Option<PathBuf>,
+    /// `nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"`: the NVML library
+    /// (MIG, scheduler, telemetry); `"none"` runs without NVML.
+    pub nvml_library: Option<PathBuf>,
 }
 
 /// `[placement]`: where a new device goes when the request does not say.

@@ -44,6 +44,11 @@ struct Cli {
     /// [default: from etc/vgpud/vgpud.toml, else /usr/bin/nvidia-smi]
     #[arg(long, value_name = "PATH")]
     nvidia_smi: Option<std::path::PathBuf>,
+    /// The NVML library for MIG, the vGPU scheduler and telemetry; "none" runs without
+    /// [default: from etc/vgpud/vgpud.toml, else libnvidia-ml.so.1; on a simulated host the
+    /// workspace's fake library next to vgpud]
+    #[arg(long, value_name = "PATH", global = true)]
+    nvml_library: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -66,6 +71,14 @@ enum Command {
         /// DOMAIN OPERATION SUB-OPERATION EXTRA, as libvirt passes them.
         #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
         args: Vec<String>,
+    },
+    /// Read-only check of the NVML library on this host: prints GPUs, MIG mode, profiles,
+    /// placements, instances, vGPU types, the scheduler and telemetry, with the return code
+    /// of every call that failed. Changes nothing (no mode, clock or reset).
+    NvmlProbe {
+        /// Also compare each GPU's MIG profiles with the simulator's table for that GPU.
+        #[arg(long)]
+        compare: bool,
     },
 }
 
@@ -100,6 +113,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::SimHost { profiles, list }) => sim_host(&cli.root, &profiles, list),
+        Some(Command::NvmlProbe { compare }) => {
+            let library = cli.nvml_library.as_deref();
+            let mut out = std::io::stdout().lock();
+            let result = if compare {
+                vgpud::gpu_control::probe::compare_with_simulator(library, &mut out)
+            } else {
+                vgpud::gpu_control::probe::run(library, &mut out)
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("vgpud nvml-probe: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some(Command::LibvirtHook { args }) => {
             match vgpud::hook::run(&args, std::io::stdin().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -145,7 +174,13 @@ fn main() -> ExitCode {
                     policy: file.placement.policy.unwrap_or_default(),
                     numa_node: file.placement.numa_node,
                 },
+                nvml_library: cli.nvml_library.or(file.nvidia.nvml_library),
             };
+            // The fake libnvidia-ml of a simulated host reads the host's state under the root
+            // (set here, before any thread exists).
+            if cli.simulate && std::env::var_os("VGPUD_FAKE_NVML_ROOT").is_none() {
+                std::env::set_var("VGPUD_FAKE_NVML_ROOT", &config.root);
+            }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

@@ -44,6 +44,54 @@ pub struct Config {
     pub placement: crate::engine::Placement,
     /// NVIDIA's `nvidia-smi` (taken below `root`).
     pub nvidia_smi: PathBuf,
+    /// The NVML library: `None` for the default (`libnvidia-ml.so.1`, or on a simulated host
+    /// the workspace's fake library next to the vgpud executable); a path `none` disables
+    /// NVML.
+    pub nvml_library: Option<PathBuf>,
+}
+
+/// The NVIDIA control plane the configuration asks for; [`Unavailable`] with the reason
+/// when NVML cannot be used (vgpud serves without it).
+///
+/// [`Unavailable`]: crate::gpu_control::Unavailable
+pub fn open_control(config: &Config) -> Arc<dyn crate::gpu_control::GpuControl> {
+    use crate::gpu_control::{nvml::NvmlControl, Unavailable};
+    let library = match &config.nvml_library {
+        Some(p) if p.as_os_str() == "none" => {
+            return Arc::new(Unavailable::new("NVML is disabled (nvml_library = \"none\")"))
+        }
+        Some(p) => Some(p.clone()),
+        None if config.simulate => match fake_library() {
+            Some(p) => Some(p),
+            None => {
+                return Arc::new(Unavailable::new(
+                    "simulated host without the fake libnvidia-ml (build it with cargo build --workspace; it is looked for next to vgpud)",
+                ))
+            }
+        },
+        None => None,
+    };
+    match NvmlControl::open(library.as_deref()) {
+        Ok(c) => {
+            tracing::info!(library = ?library, "NVML loaded");
+            Arc::new(c)
+        }
+        Err(reason) => {
+            tracing::info!(%reason, "serving without NVML: MIG, the vGPU scheduler and telemetry are unavailable");
+            Arc::new(Unavailable::new(reason))
+        }
+    }
+}
+
+/// The workspace's fake libnvidia-ml (`libnvidia_ml.so`) next to the running executable, or
+/// one directory up (test binaries live in `deps/`).
+fn fake_library() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.to_path_buf(), dir.parent()?.to_path_buf()]
+        .into_iter()
+        .map(|d| d.join("libnvidia_ml.so"))
+        .find(|p| p.is_file())
 }
 
 /// Why the daemon could not start or stopped.
@@ -112,11 +160,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         let sriov_manage = config.sriov_manage.clone();
         let placement = config.placement;
         let nvidia_smi = config.nvidia_smi.clone();
+        let config = config.clone();
         tokio::task::spawn_blocking(move || {
+            let control = open_control(&config);
             Engine::new(host).map(|e| {
                 e.with_sriov_manage(sriov_manage)
                     .with_nvidia_smi(nvidia_smi)
                     .with_placement(placement)
+                    .with_control(control)
             })
         })
         .await
