@@ -4,6 +4,7 @@ pub mod daemon;
 pub mod golden;
 pub mod introspection;
 pub mod libvirt;
+pub mod nvml;
 pub mod proxy;
 pub mod setup;
 pub mod skip;
