@@ -166,8 +166,17 @@ impl Host {
         self.root.join("dev").join(rel)
     }
 
-    /// Reads a sysfs attribute and strips the trailing newline.
+    /// Reads a sysfs attribute and strips the trailing newline. On a simulated host, an
+    /// attribute the real driver computes when it is read (a VF's
+    /// `nvidia/creatable_vgpu_types`) is computed first ([`Simulator::before_read`]).
     pub fn read_attr(&self, path: &Path) -> HostResult<String> {
+        if let Some(sim) = &self.simulator {
+            sim.before_read(self, path)
+                .map_err(|source| HostError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+        }
         let mut s = fs::read_to_string(path).map_err(|source| HostError::Read {
             path: path.to_path_buf(),
             source,

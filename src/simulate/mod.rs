@@ -43,21 +43,23 @@
 //!   (assumed); else VFs made (probed while `sriov_drivers_autoprobe` is 1) or destroyed
 //!   (unbound first). Layout: `sriov.rs`.
 //! - `<vf>/nvidia/current_vgpu_type` ← id (`kstrtol`, base 10): `EINVAL`, `EPERM` (0 with none
-//!   set, non-zero with one set), `EIO` (not in the VF's `creatable_vgpu_types`); every VF's
-//!   `creatable_vgpu_types` follows (`vgpu.rs`).
+//!   set, non-zero with one set), `EIO` (not in the VF's `creatable_vgpu_types`; a MIG-backed
+//!   type with no free GPU instance); every VF's `creatable_vgpu_types` follows (`vgpu.rs`).
 //! - any other file: the value is stored as written, replacing the file by a rename (`ENOENT`
 //!   when the file does not exist, `EISDIR` for a directory, `EACCES` for a file without write
 //!   permission bits, as kernfs refuses writes to attributes with no store method).
 //!
 //! [`Simulator::run_tool`] carries out NVIDIA's `sriov-manage` as the sequence of such writes
-//! the real script makes, each one atomic, and `nvidia-smi vgpu -i <gpu> -shm <0|1>`, the
-//! switch of a GPU's heterogeneous vGPU mode (`tool.rs`).
+//! the real script makes, each one atomic (`-e` also wipes the GPU's GPU instances in the
+//! simulated driver, as the real one's reload does), and `nvidia-smi vgpu -i <gpu> -shm <0|1>`,
+//! the switch of a GPU's heterogeneous vGPU mode, kept in the simulated driver (`tool.rs`).
 //!
 //! Every write with more than one side effect is journaled: a bind (also by `drivers_probe` or
 //! `new_id`), VF enablement and setting a vGPU type are undone by recovery; an unbind, VF
 //! disablement and releasing a vGPU type are completed. The only state outside `sys/` and
-//! `dev/` is the dynamic ids of `new_id` (`ROOT/run/vgpud-simulator/dynids/<drv>`), which the
-//! tree cannot say and which, like the kernel's, do not survive a reboot.
+//! `dev/` (besides the simulated driver's) is the dynamic ids of `new_id`
+//! (`ROOT/run/vgpud-simulator/dynids/<drv>`), which the tree cannot say and which, like the
+//! kernel's, do not survive a reboot.
 
 mod binding;
 mod fbdev;
@@ -179,6 +181,27 @@ impl Simulator {
         }
     }
 
+    /// Before a read of `path`: when it is a VF's `nvidia/creatable_vgpu_types`, recomputes
+    /// the lists of every VF of that VF's GPU from the tree and the simulated driver's state
+    /// (the real driver computes the list when it is read; GPU instances change through NVML
+    /// with no sysfs write). Other paths: nothing. Takes the tree's lock (then, inside it, the
+    /// simulated driver's) and finishes an interrupted write first.
+    pub fn before_read(&self, host: &Host, path: &Path) -> io::Result<()> {
+        if !path.ends_with("nvidia/creatable_vgpu_types") {
+            return Ok(());
+        }
+        let root = host.root();
+        let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
+        recover_locked(root)?;
+        let file = match fs::canonicalize(path) {
+            Ok(f) => f,
+            // Nothing to compute: the read reports what is there (or is not).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        vgpu::refresh_on_read(&file)
+    }
+
     /// Finishes the simulated write a killed process left half-done on the host's tree, as
     /// if the kernel had run it to the end: a create is undone (whatever part of the device
     /// exists is torn down), a remove is completed, a plain write keeps the old or the new
@@ -259,6 +282,8 @@ fn classify(roots: &kernel::Roots, path: PathBuf) -> Target {
 
 #[cfg(test)]
 mod crash_tests;
+#[cfg(test)]
+mod mig_tests;
 #[cfg(test)]
 mod pci_crash_tests;
 #[cfg(test)]

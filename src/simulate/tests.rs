@@ -489,6 +489,8 @@ fn profiles_start_where_the_rules_say() {
             "amd-mxgpu",
             "passthrough",
             "intel-sriov",
+            "nvidia-h200",
+            "nvidia-h100",
         ];
         assert_eq!(before.is_empty(), without.contains(name), "{name}");
         for parent in host.list_dir(&host.sys("class/mdev_bus")).expect("list") {

@@ -12,11 +12,14 @@
 //! `vvvv dddd` to `pci-pf-stub/new_id` (which binds it, and `EEXIST` is only reported), binds
 //! it to `pci-pf-stub` unless that happened, writes `sriov_totalvfs` to `sriov_numvfs`,
 //! unbinds it from `pci-pf-stub`, writes `remove_id`, binds it to `nvidia`; then binds every
-//! other function on the PF's bus to `nvidia`, unbinding it from another driver first.
+//! other function on the PF's bus to `nvidia`, unbinding it from another driver first. Before
+//! the writes, the simulated driver (`vgpud-sim-driver`) forgets the GPU's GPU instances and
+//! heterogeneous mode (`GpuState::sriov_enabled`), as the real script's driver reload does
+//! (hardware.md §3.1: "this wipes existing GIs"; §2.4); the MIG mode stays.
 //!
 //! `-d BDF`: the same checks; `GPU at BDF already has VFs disabled.` when there are none; else
 //! `Disabling VFs on BDF`, every other function on the bus is unbound from `vfio-pci` and from
-//! `nvidia`, then the same `pci-pf-stub` sequence writes 0.
+//! `nvidia`, then the same `pci-pf-stub` sequence writes 0 (heterogeneous mode is forgotten).
 //!
 //! `ALL`: every NVIDIA function `x:00.0` of class 0x0300 or 0x0302, in address order, each as
 //! its own run; the first failure ends it with its status.
@@ -184,11 +187,12 @@ impl Run<'_> {
     /// afresh, so its heterogeneous mode is gone (hardware.md §2.4: sriov-manage resets it).
     fn set_numvfs(&mut self, gpu: &str, n: u32) -> Result<(), ()> {
         let dev = self.host.sys(&format!("bus/pci/devices/{gpu}"));
-        if let Some(marker) = std::fs::canonicalize(&dev)
-            .ok()
-            .and_then(|d| super::vgpu::mode_marker(&d))
-        {
-            let _ = std::fs::remove_file(marker);
+        if let Err(e) = self.reset_driver(&dev, n > 0) {
+            self.out.stderr.push_str(&format!(
+                "sriov-manage: cannot reset the driver state of {gpu}: {e}\n"
+            ));
+            self.out.status = 1;
+            return Err(());
         }
         if let Some(d) = self.driver(gpu) {
             self.echo(&format!("bus/pci/drivers/{d}/unbind"), gpu)?;
@@ -219,6 +223,25 @@ impl Run<'_> {
         self.echo("bus/pci/drivers/pci-pf-stub/unbind", gpu)?;
         self.echo("bus/pci/drivers/pci-pf-stub/remove_id", &id)?;
         self.echo("bus/pci/drivers/nvidia/bind", gpu)
+    }
+
+    /// What the driver forgets when sriov-manage reloads it on the GPU at `dev`: heterogeneous
+    /// mode, and on enablement (`enable`) every GPU instance too (hardware.md §3.1, §6.6
+    /// item 4). Under the tree's lock (tree lock, then the simulated driver's); a GPU the
+    /// simulated driver stores nothing for is in its defaults already.
+    fn reset_driver(&self, dev: &std::path::Path, enable: bool) -> io::Result<()> {
+        let Ok(pf) = std::fs::canonicalize(dev) else {
+            return Ok(());
+        };
+        let _guard = super::lock_tree(self.host.root())?;
+        super::vgpu::update_driver(&pf, true, |s| {
+            if enable {
+                s.sriov_enabled();
+            } else {
+                s.heterogeneous = false;
+            }
+        })
+        .map(|_| ())
     }
 
     /// The other functions on the GPU's bus (`lspci -D -s ${gpu/00.0}`).
@@ -283,11 +306,13 @@ impl Run<'_> {
 
 /// A decimal attribute (`sriov_totalvfs`, `sriov_numvfs`); 0 when unreadable.
 /// `nvidia-smi vgpu -i <gpu> -shm <0|1>` on the simulated host: turns the heterogeneous
-/// (mixed-size) vGPU mode of one GPU on or off, as the NVIDIA driver keeps it (see
+/// (mixed-size) vGPU mode of one GPU on or off in the simulated driver's state
+/// (`vgpud_sim_driver::GpuState::heterogeneous`, which the fake NVML library reports too; see
 /// `vgpu.rs`). `<gpu>` is a PCI bus id (`00000000:41:00.0` or `0000:41:00.0`). It refuses,
 /// exiting 3 ("not supported") for a GPU whose VFs do not use the vendor-specific VFIO
-/// framework or have none enabled, and exiting 3 while any VF has a vGPU (an assumption: NVIDIA
-/// documents that the mode is set before any vGPU is made). Other arguments: exit 2.
+/// framework or have none enabled, or whose MIG mode is on (the driver's refusal), and exiting
+/// 3 while any VF has a vGPU (an assumption: NVIDIA documents that the mode is set before any
+/// vGPU is made). Other arguments: exit 2.
 pub(crate) fn nvidia_smi(host: &Host, args: &[&str]) -> io::Result<ToolOutput> {
     let bad = |status: i32, message: String| ToolOutput {
         status,
@@ -339,20 +364,22 @@ pub(crate) fn nvidia_smi(host: &Host, args: &[&str]) -> io::Result<ToolOutput> {
             format!("Unable to change vGPU heterogeneous mode for GPU {gpu}: vGPU instances are active.\n"),
         ));
     }
-    let Some(marker) = super::vgpu::mode_marker(&pf) else {
-        return Ok(bad(3, format!("No driver state for GPU {gpu}.\n")));
-    };
-    if on {
-        if let Some(dir) = marker.parent() {
-            std::fs::create_dir_all(dir)?;
+    let changed = super::vgpu::update_driver(&pf, !on, |s| s.set_heterogeneous(on, false))?;
+    match changed {
+        Some(Err(vgpud_sim_driver::DriverError::NotSupported(why))) => {
+            return Ok(bad(
+                3,
+                format!("vGPU heterogeneous mode is not supported for GPU {gpu}: {why}.\n"),
+            ))
         }
-        std::fs::write(&marker, "1\n")?;
-    } else {
-        match std::fs::remove_file(&marker) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        Some(Err(e)) => {
+            return Ok(bad(
+                3,
+                format!("Unable to change vGPU heterogeneous mode for GPU {gpu}: {e}.\n"),
+            ))
         }
+        // Turning off a mode the driver never had on.
+        None | Some(Ok(())) => {}
     }
     super::vgpu::refresh_pf(&pf)?;
     Ok(ToolOutput {

@@ -71,6 +71,14 @@ const PROFILES: &[(&str, &str)] = &[
         "an Intel UHD Graphics 770 at 0000:00:02.0 with 7 SR-IOV VFs through sriov_numvfs (not with intel-gvtg)",
     ),
     (
+        "nvidia-h200",
+        "two NVIDIA H200 SXM (141 GB, Hopper; SR-IOV, vendor-specific VFIO, MIG-capable, VFs off) on NUMA nodes 0 and 1",
+    ),
+    (
+        "nvidia-h100",
+        "one NVIDIA H100 PCIe (80 GB, Hopper; SR-IOV, vendor-specific VFIO, MIG-capable, VFs off)",
+    ),
+    (
         "qemu-vm",
         "the real-kernel suite's q35 VM: mtty, two std VGAs on bochs-drm (the console's, one with an e1000e function), a qxl sharing a group with edu",
     ),
@@ -87,6 +95,8 @@ const NAMES: &[&str] = &[
     "amd-mxgpu",
     "passthrough",
     "intel-sriov",
+    "nvidia-h200",
+    "nvidia-h100",
     "qemu-vm",
 ];
 
@@ -132,6 +142,8 @@ pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
         "nvidia-a40" => nvidia::a40(&tree),
         "amd-mxgpu" => amd::mxgpu(&tree),
         "intel-sriov" => intel::sriov(&tree),
+        "nvidia-h200" => nvidia::h200(&tree),
+        "nvidia-h100" => nvidia::h100(&tree),
         _ => passthrough::write(&tree),
     }
 }

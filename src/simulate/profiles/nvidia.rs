@@ -43,6 +43,26 @@
 //! `nvidia-a40`: one A40 (10de:2235, subsystem 10de:145a, 0x030200, driver `nvidia`,
 //! mdev-on-VF scheme), 32 VFs (offset 4, stride 1, VF device 0x2235), behind root port
 //! `pci0000:e7/0000:e7:01.0` (group 64): the GPU is `0000:e8:00.0`, group 65, NUMA 1.
+//!
+//! Hopper hosts, written as `nvidia-l40s` is (3D controller, driver `nvidia`, vendor-VFIO
+//! scheme, `sriov_totalvfs` 32, offset 4, stride 1, VF device = the PF's, autoprobe 1, VFs off).
+//! 32 VFs is assumed [I] (hardware.md gives no Hopper `sriov_totalvfs`): it is the most
+//! time-sliced vGPUs the catalog gives either board (H200X-4C 32), and the A40's and L40S's
+//! count. MIG mode is off and the GPUs hold no GPU instances: the simulated driver's state
+//! (`vgpud-sim-driver`) starts empty, and `nvidia-smi -mig 1` (the fake NVML library) turns it
+//! on.
+//!
+//! `nvidia-h200`: two H200 SXM 141GB (10de:2335 [I], subsystem 10de:18be [?]):
+//!
+//! | path below sys/devices                        | NUMA | group |
+//! |-----------------------------------------------|------|-------|
+//! | pci0000:48/0000:48:01.1 (root port)           | 0    | 84    |
+//! | pci0000:48/0000:48:01.1/0000:49:00.0 (GPU)    | 0    | 85    |
+//! | pci0000:c8/0000:c8:01.1 (root port)           | 1    | 86    |
+//! | pci0000:c8/0000:c8:01.1/0000:c9:00.0 (GPU)    | 1    | 87    |
+//!
+//! `nvidia-h100`: one H100 PCIe 80GB (10de:2331, subsystem 10de:1626 [?]) behind root port
+//! `pci0000:50/0000:50:01.1` (group 88): the GPU is `0000:51:00.0`, group 89, NUMA 0.
 
 use super::platform::root_port;
 use super::tree::{
@@ -56,10 +76,13 @@ use crate::simulate::SimError;
 /// The NVIDIA mdev driver (`sys/bus/mdev/drivers/nvidia-vgpu-vfio`).
 const MDEV_DRIVER: &str = "nvidia-vgpu-vfio";
 
-/// The mdev types of a board from the catalog: `nvidia-<id>` with name and description.
+/// The mdev types of a board from the catalog: `nvidia-<id>` with name and description. Only
+/// time-sliced types: the simulator keeps MIG state for vendor-VFIO boards only, so an mdev
+/// parent (an A100D VF) offers what it offers with MIG off.
 pub(crate) fn board_types(board: &str) -> Vec<TypeSpec> {
     catalog::nvidia_board_types(board)
         .into_iter()
+        .filter(|t| !t.is_mig_backed())
         .map(|t| TypeSpec {
             id: format!("nvidia-{}", t.id),
             name: t.name.to_string(),
@@ -357,6 +380,40 @@ pub(super) fn a40(tree: &Tree) -> Result<(), SimError> {
             port_group: 64,
             device: 0x2235,
             subsystem: 0x145a,
+            bar1_shift: 36,
+        },
+    )?;
+    sriov_manage_standin(tree)
+}
+
+/// Writes `nvidia-h200`.
+pub(super) fn h200(tree: &Tree) -> Result<(), SimError> {
+    for (root_bus, numa, port_group) in [(0x48_u8, 0, 84_u32), (0xc8, 1, 86)] {
+        sriov_gpu(
+            tree,
+            &SriovGpu {
+                root_bus,
+                numa,
+                port_group,
+                device: 0x2335,
+                subsystem: 0x18be,
+                bar1_shift: 36,
+            },
+        )?;
+    }
+    sriov_manage_standin(tree)
+}
+
+/// Writes `nvidia-h100`.
+pub(super) fn h100(tree: &Tree) -> Result<(), SimError> {
+    sriov_gpu(
+        tree,
+        &SriovGpu {
+            root_bus: 0x50,
+            numa: 0,
+            port_group: 88,
+            device: 0x2331,
+            subsystem: 0x1626,
             bar1_shift: 36,
         },
     )?;
