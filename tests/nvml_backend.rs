@@ -369,3 +369,45 @@ fn probe_prints_every_section_and_changes_nothing() {
     );
     eprintln!("{text}");
 }
+
+#[test]
+fn active_vgpus_carry_their_utilization() {
+    let host = FakeHost::new(PROFILE);
+    let c = open(&host);
+    let gpu = first_gpu(&c);
+    // An mdev of the time-sliced H200X-4C (1420) on the PF, as the fake finds active vGPUs.
+    let uuid = "1b7f0e32-5a1c-4c39-9d3e-0c1f5e2b7a10";
+    let dir = host
+        .path()
+        .join("sys/bus/pci/devices")
+        .join(&gpu)
+        .join(uuid);
+    std::fs::create_dir_all(&dir).expect("mdev directory");
+    std::os::unix::fs::symlink("../mdev_supported_types/nvidia-1420", dir.join("mdev_type"))
+        .expect("mdev_type link");
+    vgpud_sim_driver::update(host.path(), &gpu, |s| {
+        s.telemetry.vgpu_utilization.insert(
+            uuid.to_string(),
+            vgpud_sim_driver::VgpuUtilization {
+                sm: 42,
+                mem: 17,
+                enc: 5,
+                dec: 2,
+            },
+        );
+    })
+    .expect("vGPU utilization");
+    let list = c.active_vgpus(&gpu).expect("active vGPUs");
+    assert_eq!(list.len(), 1, "{list:?}");
+    let v = &list[0];
+    assert_eq!(v.type_id, 1420, "{v:?}");
+    assert_eq!(v.mdev_uuid, uuid, "{v:?}");
+    assert_eq!(v.gpu_instance_id, None, "time-sliced: {v:?}");
+    assert_eq!(v.pci_address, "", "no guest driver yet: {v:?}");
+    let u = v.utilization.expect("a sample");
+    assert_eq!(
+        (u.gpu, u.memory, u.encoder, u.decoder),
+        (42, 17, 5, 2),
+        "{v:?}"
+    );
+}

@@ -485,8 +485,10 @@ impl GpuControl for NvmlControl {
             out.push(ActiveVgpu {
                 type_id,
                 mdev_uuid: optional(v.mdev_uuid(), OP, gpu)?.unwrap_or_default(),
+                // The address as the guest sees it; all zeroes until the guest driver runs.
                 pci_address: optional(v.gpu_pci_id(), OP, gpu)?
                     .map(|s| normalize_bus_id(&s))
+                    .filter(|s| !s.is_empty() && s != "0000:00:00.0")
                     .unwrap_or_default(),
                 gpu_instance_id: optional(v.gpu_instance_id(), OP, gpu)?
                     .filter(|&g| g != INVALID_ID),
