@@ -124,8 +124,8 @@ impl RawError {
         matches!(self, RawError::MissingSymbol { .. }) || self.code() == Some(NOT_SUPPORTED)
     }
 
-    /// The wrapper's error of the same meaning (`FailedToLoadSymbol` for a missing function,
-    /// `UnexpectedVariant(0)`-free: an impossible answer is `Unknown`).
+    /// The wrapper's error of the same meaning: `FailedToLoadSymbol` for a missing function,
+    /// the code's variant for a failed call, `Unknown` for an impossible answer.
     pub fn to_nvml_error(&self) -> NvmlError {
         match self {
             RawError::MissingSymbol { detail, .. } => NvmlError::FailedToLoadSymbol(detail.clone()),
@@ -437,7 +437,9 @@ pub fn all_gpu_instances<'nvml>(device: &Device<'nvml>) -> RawResult<Vec<GpuInst
         match gpu_instance_profile_info(device, index) {
             Ok(info) if !ids.contains(&info.id) => ids.push(info.id),
             Ok(_) => {}
-            Err(e) if e.is_not_supported() || e.code().is_some() => {}
+            // A profile index the GPU lacks (NOT_SUPPORTED) or the driver does not know
+            // (INVALID_ARGUMENT); a missing function is an error.
+            Err(e) if e.code().is_some() => {}
             Err(e) => return Err(e),
         }
     }
