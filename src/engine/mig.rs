@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::{lock, Engine, EngineError, EngineResult, Event};
 use crate::gpu_control::{ControlError, GpuInstance, MigMode, MigProfile, Placement};
-use crate::model::{DeviceKind, GpuInstanceView, NvidiaState, VENDOR_NVIDIA};
+use crate::model::{GpuInstanceView, NvidiaState, VENDOR_NVIDIA};
 use crate::persist::{self, sriov::RecordedInstance};
 
 /// The longest profile argument accepted (`MIG 1g.18gb+me`, `19`).
@@ -155,26 +155,34 @@ impl Engine {
         };
         let active = c.active_vgpus(pf).unwrap_or_default();
         let devices = self.devices_of(pf);
-        let user_of = |gi: u32| -> String {
-            active
+        // NVML says which instance a vGPU runs in, not which VF it is on (its PCI id is the
+        // guest's): the device is named by the mdev UUID, else by vgpud's record of the
+        // instance it made for a device, else by the vGPU's type.
+        let made_for: Vec<(u32, u32, String)> = self
+            .settings(pf)
+            .map(|s| {
+                s.gpu_instances
+                    .into_iter()
+                    .filter(|r| !r.for_device.is_empty())
+                    .map(|r| (r.start, r.profile_id, r.for_device))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let user_of = |i: &GpuInstance| -> String {
+            let Some(v) = active.iter().find(|v| v.gpu_instance_id == Some(i.id)) else {
+                return String::new();
+            };
+            let by_mdev = devices
                 .iter()
-                .filter(|v| v.gpu_instance_id == Some(gi))
-                .find_map(|v| {
-                    devices
-                        .iter()
-                        .find(|d| {
-                            (d.kind == DeviceKind::SriovVgpu
-                                && !v.pci_address.is_empty()
-                                && d.address
-                                    .as_deref()
-                                    .is_some_and(|a| a.eq_ignore_ascii_case(&v.pci_address)))
-                                || (!v.mdev_uuid.is_empty()
-                                    && d.uuid.eq_ignore_ascii_case(&v.mdev_uuid))
-                        })
-                        .map(|d| d.uuid.clone())
-                        .or_else(|| Some(format!("(vGPU type {})", v.type_id)))
-                })
-                .unwrap_or_default()
+                .find(|d| !v.mdev_uuid.is_empty() && d.uuid.eq_ignore_ascii_case(&v.mdev_uuid));
+            let by_record = made_for
+                .iter()
+                .find(|(start, profile, _)| *start == i.placement.start && *profile == i.profile_id)
+                .map(|(_, _, uuid)| uuid.clone());
+            by_mdev
+                .map(|d| d.uuid.clone())
+                .or(by_record)
+                .unwrap_or_else(|| format!("(vGPU type {})", v.type_id))
         };
         let gpu_instances = instances
             .into_iter()
@@ -184,7 +192,7 @@ impl Engine {
                     .find(|p| p.id == i.profile_id)
                     .map(profile_name)
                     .unwrap_or_else(|| format!("profile {}", i.profile_id)),
-                device: user_of(i.id),
+                device: user_of(&i),
                 instance: i,
             })
             .collect();

@@ -69,14 +69,32 @@ impl Engine {
             )));
         }
         let active = self.control.active_vgpus(&pf).map_err(control_error)?;
-        let vgpu = active.iter().find(|v| match info.kind {
-            DeviceKind::SriovVgpu => info
-                .address
-                .as_deref()
-                .is_some_and(|a| a.eq_ignore_ascii_case(&v.pci_address)),
-            DeviceKind::Mdev => v.mdev_uuid.eq_ignore_ascii_case(uuid),
-            DeviceKind::Passthrough => false,
-        });
+        // NVML names a legacy vGPU by its mdev UUID. A vGPU on a VF it does not tie to the
+        // VF: it is the one in the GPU instance vgpud made for the device, or else the only
+        // one of the device's type on the GPU.
+        let instance = self
+            .nvidia_state(&pf)
+            .and_then(|s| {
+                s.gpu_instances
+                    .into_iter()
+                    .find(|g| g.device == uuid)
+                    .map(|g| g.instance.id)
+            });
+        let type_number = crate::discovery::sriov::nvidia_type_number(&info.type_id);
+        let vgpu = match info.kind {
+            DeviceKind::Mdev => active.iter().find(|v| v.mdev_uuid.eq_ignore_ascii_case(uuid)),
+            DeviceKind::SriovVgpu => match instance {
+                Some(gi) => active.iter().find(|v| v.gpu_instance_id == Some(gi)),
+                None => {
+                    let same: Vec<_> = active
+                        .iter()
+                        .filter(|v| Some(v.type_id) == type_number)
+                        .collect();
+                    (same.len() == 1).then(|| same[0])
+                }
+            },
+            DeviceKind::Passthrough => None,
+        };
         let Some(v) = vgpu else {
             return Err(EngineError::NotFound(format!(
                 "NVML reports no vGPU for device {uuid} on {pf}"

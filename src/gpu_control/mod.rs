@@ -185,7 +185,8 @@ pub struct ActiveVgpu {
     pub type_id: u32,
     /// The mdev UUID (legacy mdev), or empty on vendor-specific VFIO.
     pub mdev_uuid: String,
-    /// The PCI address of the VF it runs on, when NVML says (`nvmlVgpuInstanceGetGpuPciId`).
+    /// The vGPU's PCI address as the guest sees it (`nvmlVgpuInstanceGetGpuPciId`); empty
+    /// until the guest driver runs. Not the host's VF.
     pub pci_address: String,
     /// The GPU instance it runs in, for a MIG-backed vGPU.
     pub gpu_instance_id: Option<u32>,

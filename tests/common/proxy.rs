@@ -70,6 +70,44 @@ pub trait Manager {
         uuid: &str,
         options: HashMap<&str, Variant<'_>>,
     ) -> zbus::Result<String>;
+    /// ListMigProfiles(s) → a(uusutuua(uu)a(uu))
+    #[allow(clippy::type_complexity)]
+    fn list_mig_profiles(&self, gpu: &str) -> zbus::Result<Vec<MigProfileRow>>;
+    /// SetMigMode(s, b, a{sv}) → (bb)
+    fn set_mig_mode(
+        &self,
+        gpu: &str,
+        enabled: bool,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<(bool, bool)>;
+    /// CreateGpuInstance(s, s, a{sv}) → u
+    fn create_gpu_instance(
+        &self,
+        gpu: &str,
+        profile: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<u32>;
+    /// DestroyGpuInstance(s, u, a{sv})
+    fn destroy_gpu_instance(
+        &self,
+        gpu: &str,
+        id: u32,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<()>;
+    /// SetScheduler(s, a{sv}) → a{sv}
+    fn set_scheduler(
+        &self,
+        gpu: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<HashMap<String, zbus::OwnedVariant>>;
+    /// GetMetrics(s) → a{sv}
+    fn get_metrics(&self, gpu_or_uuid: &str) -> zbus::Result<HashMap<String, zbus::OwnedVariant>>;
+    /// GpuDrift(s, s, s)
+    #[zbus(signal)]
+    fn gpu_drift(&self, gpu: String, event: String, detail: String) -> zbus::Result<()>;
+    /// Nvml
+    #[zbus(property)]
+    fn nvml(&self) -> zbus::Result<String>;
     /// DeviceCreated(s, o)
     #[zbus(signal)]
     fn device_created(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
@@ -123,7 +161,34 @@ pub trait Gpu {
 
     #[zbus(property)]
     fn heterogeneous_mode(&self) -> zbus::Result<bool>;
+
+    /// MigMode (current, pending)
+    #[zbus(property)]
+    fn mig_mode(&self) -> zbus::Result<(bool, bool)>;
+
+    /// GpuInstances: (id, profile id, profile, start, size, device)
+    #[zbus(property)]
+    #[allow(clippy::type_complexity)]
+    fn gpu_instances(&self) -> zbus::Result<Vec<(u32, u32, String, u32, u32, String)>>;
+
+    /// Scheduler
+    #[zbus(property)]
+    fn scheduler(&self) -> zbus::Result<HashMap<String, zbus::OwnedVariant>>;
 }
+
+/// A row of ListMigProfiles: id, index, name, slices, memory bytes, max, remaining,
+/// placements, free placements.
+pub type MigProfileRow = (
+    u32,
+    u32,
+    String,
+    u32,
+    u64,
+    u32,
+    u32,
+    Vec<(u32, u32)>,
+    Vec<(u32, u32)>,
+);
 
 /// `org.vgpud1.Device`.
 #[proxy(interface = "org.vgpud1.Device", default_service = "org.vgpud1")]

@@ -1,0 +1,512 @@
+//! MIG, MIG-backed vGPUs, the vGPU scheduler and telemetry end to end: a real dbus-daemon, a
+//! real vgpud on a simulated H200 host, and the real nvml-wrapper path inside vgpud loading
+//! the workspace's fake libnvidia-ml (crates/fake-nvml). Driven by busctl, gdbus and zbus.
+
+mod common;
+
+use std::time::Duration;
+
+use common::daemon::Daemon;
+use common::nvml::fake_library;
+use common::proxy::{bool_opts, error_message, error_name, gpu_proxy, opts};
+use common::setup::Setup;
+use futures_util::StreamExt;
+use zbus::Variant;
+
+const H200: &[&str] = &["nvidia-h200"];
+/// The H200's PCI device id in the simulator (crates/catalog, assumed).
+const H200_DEVICE: u16 = 0x2335;
+
+/// A simulated H200 host with vgpud using the fake NVML library.
+async fn h200() -> Setup {
+    let library = fake_library();
+    let host = common::daemon::TestHost::new(H200);
+    let bus = common::daemon::TestBus::start(common::daemon::Policy::Open);
+    let lib = library.to_string_lossy().into_owned();
+    let daemon = Daemon::start_args(&bus, &host, &["--nvml-library", &lib]).await;
+    let conn = bus.connect().await;
+    Setup {
+        bus,
+        host,
+        daemon,
+        conn,
+    }
+}
+
+async fn restart_with_nvml(s: &mut Setup) {
+    if s.daemon.is_running() {
+        s.daemon.stop();
+    }
+    let lib = fake_library().to_string_lossy().into_owned();
+    s.daemon = Daemon::start_args(&s.bus, &s.host, &["--nvml-library", &lib]).await;
+}
+
+/// The H200 GPUs, by address.
+async fn h200_gpus(s: &Setup) -> Vec<String> {
+    let gpus: Vec<String> = s
+        .manager()
+        .await
+        .list_gpus()
+        .await
+        .expect("ListGpus")
+        .into_iter()
+        .filter(|g| g.1.contains("H200"))
+        .map(|g| g.0)
+        .collect();
+    assert_eq!(gpus.len(), 2, "the profile has two H200");
+    gpus
+}
+
+fn u32_of(v: &zbus::OwnedVariant) -> u32 {
+    u32::try_from(v).expect("a u32")
+}
+
+#[tokio::test]
+async fn a_mig_layout_is_made_and_refused_through_busctl() {
+    let s = h200().await;
+    let m = s.manager().await;
+    assert_eq!(m.nvml().await.expect("Nvml"), "available");
+    let pf = h200_gpus(&s).await[0].clone();
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (false, false));
+
+    // busctl, a client we did not write: MIG on.
+    let on = s
+        .busctl_manager("SetMigMode", &["sba{sv}", &pf, "true", "0"])
+        .expect("SetMigMode");
+    assert_eq!(on, serde_json::json!([true, true]));
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
+
+    // Profiles: IDs are what creates take, not the NVML indexes.
+    let profiles = m.list_mig_profiles(&pf).await.expect("ListMigProfiles");
+    let one = profiles
+        .iter()
+        .find(|p| p.2 == "1g.18gb")
+        .expect("1g.18gb");
+    assert_eq!((one.0, one.1), (19, 0), "1g.18gb is ID 19 at index 0");
+    assert_eq!(one.5, 7, "seven 1g instances fit");
+    assert_eq!(one.7.len(), 7, "seven placements");
+    let three = profiles.iter().find(|p| p.2 == "3g.71gb").expect("3g.71gb");
+    assert_eq!(three.0, 9);
+    assert_ne!(three.0, three.1, "profile ID and index differ");
+    assert_eq!(three.7, vec![(0, 4), (4, 4)]);
+
+    // gdbus, another client: a 3g instance at placement 0.
+    let out = s
+        .bus
+        .gdbus_call(
+            "CreateGpuInstance",
+            &[&pf, "3g.71gb", "{'placement': <uint32 0>}"],
+        )
+        .expect("CreateGpuInstance");
+    let id: u32 = out
+        .trim()
+        .trim_start_matches("(uint32 ")
+        .trim_end_matches(",)")
+        .parse()
+        .unwrap_or_else(|_| panic!("an id in {out:?}"));
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 1);
+    assert_eq!(
+        (instances[0].0, instances[0].1, instances[0].2.as_str(), instances[0].3, instances[0].4),
+        (id, 9, "3g.71gb", 0, 4)
+    );
+    assert_eq!(instances[0].5, "", "no device uses it");
+
+    // The 4g profile needs slices 0-3: no room, named.
+    let e = m
+        .create_gpu_instance(&pf, "4g.71gb", opts(&[]))
+        .await
+        .expect_err("no room for 4g");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NoCapacity", "{e}");
+    // A placement that is taken names the instance in the way.
+    let e = m
+        .create_gpu_instance(&pf, "1g.18gb", placement(2))
+        .await
+        .expect_err("taken");
+    assert!(error_message(&e).contains(&format!("GPU instance {id}")), "{e}");
+    // A placement the profile does not have.
+    let e = m
+        .create_gpu_instance(&pf, "3g.71gb", placement(2))
+        .await
+        .expect_err("no such placement");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.InvalidArgument", "{e}");
+    // Unknown profile.
+    let e = m
+        .create_gpu_instance(&pf, "9g.1tb", opts(&[]))
+        .await
+        .expect_err("unknown");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotFound", "{e}");
+
+    // MIG off while an instance exists: Busy, with the reason.
+    let e = m
+        .set_mig_mode(&pf, false, opts(&[]))
+        .await
+        .expect_err("instances exist");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    assert!(error_message(&e).contains("GPU instances"), "{e}");
+
+    m.destroy_gpu_instance(&pf, id, opts(&[]))
+        .await
+        .expect("DestroyGpuInstance");
+    assert!(gpu.gpu_instances().await.expect("GpuInstances").is_empty());
+    let e = m
+        .destroy_gpu_instance(&pf, id, opts(&[]))
+        .await
+        .expect_err("gone");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotFound", "{e}");
+
+    // MIG mode changes are refused while VFs are on (sriov-manage).
+    m.set_mig_mode(&pf, false, opts(&[])).await.expect("MIG off");
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    let e = m
+        .set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect_err("VFs on");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    assert!(error_message(&e).contains("VFs"), "{e}");
+}
+
+fn placement(start: u32) -> std::collections::HashMap<&'static str, Variant<'static>> {
+    [("placement", Variant::from(start))].into_iter().collect()
+}
+
+#[tokio::test]
+async fn a_mig_backed_vgpu_gets_an_instance_and_gives_it_back() {
+    let s = h200().await;
+    let m = s.manager().await;
+    let pf = h200_gpus(&s).await[0].clone();
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    m.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+
+    // Capacity counts what free placements allow: seven 1g instances.
+    let parent = opts(&[("parent", pf.as_str())]);
+    assert_eq!(
+        m.get_capacity("H200X-1-18C", parent.clone())
+            .await
+            .expect("GetCapacity"),
+        7
+    );
+    // Without instances and without create_instance, no room, and why.
+    let e = m
+        .create_device(
+            "H200X-1-18C",
+            [
+                ("parent", Variant::from(pf.as_str())),
+                ("create_instance", Variant::from(false)),
+            ]
+            .into_iter()
+            .collect(),
+        )
+        .await
+        .expect_err("no instance");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NoCapacity", "{e}");
+    assert!(error_message(&e).contains("1g.18gb"), "{e}");
+
+    // busctl CreateDevice: the instance is made on demand.
+    let uuid = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("CreateDevice");
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    assert_eq!(instances[0].2, "1g.18gb");
+    assert_eq!(instances[0].5, uuid, "the instance names its device");
+    assert_eq!(
+        m.get_capacity("H200X-1-18C", parent.clone())
+            .await
+            .expect("GetCapacity"),
+        6
+    );
+    // The instance a device uses is never destroyed.
+    let e = m
+        .destroy_gpu_instance(&pf, instances[0].0, opts(&[]))
+        .await
+        .expect_err("in use");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    assert!(error_message(&e).contains(&uuid), "{e}");
+    // The device's telemetry comes from NVML's vGPU instance.
+    let metrics = m.get_metrics(&uuid).await.expect("GetMetrics of a vGPU");
+    assert_eq!(u32_of(&metrics["gpu_instance"]), instances[0].0);
+    assert_eq!(u32_of(&metrics["type_id"]), 1414);
+
+    // A second one gets its own instance; a whole-GPU 7g no longer fits.
+    let second = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("CreateDevice");
+    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 2);
+    let e = m
+        .create_device("H200X-7-141C", parent.clone())
+        .await
+        .expect_err("no room for 7g");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NoCapacity", "{e}");
+
+    // Removing the device destroys the instance vgpud made for it.
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    let left = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].5, second);
+    m.remove_device(&second, opts(&[])).await.expect("remove");
+    assert!(gpu.gpu_instances().await.expect("GpuInstances").is_empty());
+    assert_eq!(
+        m.get_capacity("H200X-7-141C", parent).await.expect("GetCapacity"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
+    let s = h200().await;
+    let m = s.manager().await;
+    let pf = h200_gpus(&s).await[0].clone();
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    let sched = gpu.scheduler().await.expect("Scheduler");
+    assert_eq!(
+        String::try_from(sched["policy"].clone()).expect("policy"),
+        "best-effort"
+    );
+    // busctl: equal share with a 3 ms slice, persistent.
+    let out = s
+        .busctl_manager(
+            "SetScheduler",
+            &[
+                "sa{sv}",
+                &pf,
+                "2",
+                "policy",
+                "s",
+                "equal-share",
+                "timeslice_ms",
+                "u",
+                "3",
+            ],
+        )
+        .expect("SetScheduler");
+    let result = &out[0];
+    assert_eq!(result["applied"]["data"], serde_json::json!(true), "{out}");
+    assert_eq!(result["rm_pvmrl"]["data"], serde_json::json!(0x0003_0001), "{out}");
+    let sched = gpu.scheduler().await.expect("Scheduler");
+    assert_eq!(
+        String::try_from(sched["policy"].clone()).expect("policy"),
+        "equal-share"
+    );
+    assert_eq!(u32_of(&sched["timeslice_ms"]), 3);
+    let conf = std::fs::read_to_string(s.host.path("etc/modprobe.d/vgpud-scheduler.conf"))
+        .expect("modprobe.d file");
+    assert!(
+        conf.contains(&format!(
+            "options nvidia NVreg_RegistryDwordsPerDevice=\"pci={pf};RmPVMRL=0x00030001\""
+        )),
+        "{conf}"
+    );
+
+    // Out of the driver's range.
+    let e = m
+        .set_scheduler(
+            &pf,
+            [
+                ("policy", Variant::from("equal-share")),
+                ("timeslice_ms", Variant::from(31_u32)),
+            ]
+            .into_iter()
+            .collect(),
+        )
+        .await
+        .expect_err("31 ms");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.InvalidArgument", "{e}");
+
+    // With a vGPU running the driver refuses: Busy, naming it; runtime false records it.
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    let uuid = s
+        .busctl_create("H200X-4C", &[("parent", &pf)])
+        .expect("CreateDevice");
+    let fixed = |runtime: bool| -> std::collections::HashMap<&str, Variant<'_>> {
+        [
+            ("policy", Variant::from("fixed-share")),
+            ("timeslice_ms", Variant::from(24_u32)),
+            ("runtime", Variant::from(runtime)),
+        ]
+        .into_iter()
+        .collect()
+    };
+    let e = m.set_scheduler(&pf, fixed(true)).await.expect_err("running");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    assert!(error_message(&e).contains(&uuid), "{e}");
+    let later = m.set_scheduler(&pf, fixed(false)).await.expect("next load");
+    assert!(!bool::try_from(later["applied"].clone()).expect("applied"));
+    let conf = std::fs::read_to_string(s.host.path("etc/modprobe.d/vgpud-scheduler.conf"))
+        .expect("modprobe.d file");
+    assert!(conf.contains("RmPVMRL=0x00180011"), "{conf}");
+
+    // Under MIG there is no time-slice scheduler.
+    let other = h200_gpus(&s).await[1].clone();
+    m.set_mig_mode(&other, true, opts(&[])).await.expect("MIG on");
+    let e = m
+        .set_scheduler(&other, fixed(true))
+        .await
+        .expect_err("MIG");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
+}
+
+#[tokio::test]
+async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() {
+    let mut s = h200().await;
+    let m = s.manager().await;
+    let pf = h200_gpus(&s).await[0].clone();
+    m.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    m.create_gpu_instance(&pf, "2g.35gb", placement(4))
+        .await
+        .expect("2g at 4");
+    m.create_gpu_instance(&pf, "1g.18gb", placement(1))
+        .await
+        .expect("1g at 1");
+    m.create_gpu_instance(&pf, "1g.18gb", bool_opts(&[("persistent", false)]))
+        .await
+        .expect("a transient one");
+    drop(m);
+    // Reboot: GPU instances are gone (run/, sys/), the MIG mode is kept by the GPU.
+    s.daemon.stop();
+    s.host.reboot(H200);
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
+    let mut layout: Vec<(String, u32, u32)> = gpu
+        .gpu_instances()
+        .await
+        .expect("GpuInstances")
+        .into_iter()
+        .map(|i| (i.2, i.3, i.4))
+        .collect();
+    layout.sort();
+    assert_eq!(
+        layout,
+        vec![("1g.18gb".to_string(), 1, 1), ("2g.35gb".to_string(), 4, 2)],
+        "the persistent instances, where they were; not the transient one"
+    );
+}
+
+#[tokio::test]
+async fn instances_made_or_destroyed_behind_vgpuds_back_are_drift() {
+    let s = h200().await;
+    let m = s.manager().await;
+    let pf = h200_gpus(&s).await[0].clone();
+    m.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    let mut drift = m.receive_gpu_drift().await.expect("subscribe");
+    // Another tool (the driver's own state, as nvidia-smi mig -cgi changes it).
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| {
+        state.create_gpu_instance(H200_DEVICE, 19, None)
+    })
+    .expect("driver state")
+    .expect("GI made behind vgpud's back");
+    // The next look at the host (ListDevices looks, at most every 100 ms).
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    m.list_devices().await.expect("ListDevices");
+    let signal = tokio::time::timeout(Duration::from_secs(10), drift.next())
+        .await
+        .expect("a GpuDrift signal")
+        .expect("stream");
+    let args = signal.args().expect("args");
+    assert_eq!(args.gpu, pf);
+    assert_eq!(args.event, "gpu-instance-created-externally");
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 1);
+    // And destroyed behind its back.
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| state.wipe_gpu_instances())
+        .expect("driver state");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    m.list_devices().await.expect("ListDevices");
+    let signal = tokio::time::timeout(Duration::from_secs(10), drift.next())
+        .await
+        .expect("a GpuDrift signal")
+        .expect("stream");
+    assert_eq!(
+        signal.args().expect("args").event,
+        "gpu-instance-destroyed-externally"
+    );
+}
+
+#[tokio::test]
+async fn telemetry_is_read_from_nvml_and_least_busy_placement_uses_it() {
+    let s = h200().await;
+    let m = s.manager().await;
+    let gpus = h200_gpus(&s).await;
+    // busctl GetMetrics on a GPU.
+    let out = s
+        .busctl_manager("GetMetrics", &["s", &gpus[0]])
+        .expect("GetMetrics");
+    let metrics = &out[0];
+    for key in [
+        "gpu_utilization",
+        "memory_utilization",
+        "encoder_utilization",
+        "decoder_utilization",
+        "memory_used",
+        "memory_total",
+        "temperature",
+        "power_mw",
+        "ecc_corrected",
+        "ecc_uncorrected",
+    ] {
+        assert!(metrics.get(key).is_some(), "GetMetrics has no {key}: {out}");
+    }
+    // The first GPU is busy, the second idle: least-busy takes the second.
+    for (gpu, util) in [(&gpus[0], 90), (&gpus[1], 5)] {
+        vgpud_sim_driver::update(&s.host.root, gpu, |state| {
+            state.telemetry.gpu_util = util
+        })
+        .expect("driver state");
+        m.set_vf_count(gpu, 32, opts(&[])).await.expect("VFs on");
+    }
+    let busy = m.get_metrics(&gpus[0]).await.expect("GetMetrics");
+    assert_eq!(u32_of(&busy["gpu_utilization"]), 90);
+    let uuid = s
+        .busctl_create("H200X-4C", &[("policy", "least-busy")])
+        .expect("CreateDevice");
+    let placed = m
+        .list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .find(|d| d.0 == uuid)
+        .expect("listed");
+    assert_eq!(placed.1, gpus[1], "least-busy placed it on the idle GPU");
+}
+
+#[tokio::test]
+async fn without_nvml_vgpud_serves_and_says_why() {
+    let s = Setup::new(H200).await;
+    let m = s.manager().await;
+    let why = m.nvml().await.expect("Nvml");
+    assert_ne!(why, "available");
+    assert!(why.contains("disabled"), "{why}");
+    let pf = h200_gpus(&s).await[0].clone();
+    let e = m
+        .set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect_err("no NVML");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
+    assert!(error_message(&e).contains("NVML"), "{e}");
+    // Everything else works: time-sliced vGPUs on VFs.
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    s.busctl_create("H200X-4C", &[("parent", &pf)])
+        .expect("CreateDevice without NVML");
+}
+
+#[tokio::test]
+async fn a_missing_library_is_reported_not_fatal() {
+    let host = common::daemon::TestHost::new(H200);
+    let bus = common::daemon::TestBus::start(common::daemon::Policy::Open);
+    let daemon = Daemon::start_args(
+        &bus,
+        &host,
+        &["--nvml-library", "/nonexistent/libnvidia-ml.so.1"],
+    )
+    .await;
+    let conn = bus.connect().await;
+    let m = common::proxy::ManagerProxy::new(&conn).await.expect("proxy");
+    let why = m.nvml().await.expect("Nvml");
+    assert!(why.contains("nonexistent"), "the reason names the library: {why}");
+    assert!(!m.list_gpus().await.expect("ListGpus").is_empty());
+    drop(daemon);
+}
