@@ -57,6 +57,20 @@ async fn h200_gpus(s: &Setup) -> Vec<String> {
     gpus
 }
 
+/// The NVIDIA control object's proxy.
+async fn nvidia(s: &Setup) -> common::proxy::NvidiaProxy<'static> {
+    common::proxy::NvidiaProxy::new(&s.conn)
+        .await
+        .expect("nvidia proxy")
+}
+
+/// `busctl call` on `/org/vgpud1/nvidia`; the reply's `data`, or the error text.
+fn busctl_nvidia(s: &Setup, method: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+    s.bus
+        .busctl_call("/org/vgpud1/nvidia", "org.vgpud1.Nvidia", method, args)
+        .map(|v| v["data"].clone())
+}
+
 fn u32_of(v: &zbus::OwnedVariant) -> u32 {
     u32::try_from(v).expect("a u32")
 }
@@ -65,24 +79,20 @@ fn u32_of(v: &zbus::OwnedVariant) -> u32 {
 async fn a_mig_layout_is_made_and_refused_through_busctl() {
     let s = h200().await;
     let m = s.manager().await;
-    assert_eq!(m.nvml().await.expect("Nvml"), "available");
+    let n = nvidia(&s).await;
+    assert_eq!(n.nvml().await.expect("Nvml"), "available");
     let pf = h200_gpus(&s).await[0].clone();
     let gpu = gpu_proxy(&s.conn, &pf).await;
     assert_eq!(gpu.mig_mode().await.expect("MigMode"), (false, false));
 
     // busctl, a client we did not write: MIG on.
-    let on = s
-        .busctl_manager("SetMigMode", &["sba{sv}", &pf, "true", "0"])
-        .expect("SetMigMode");
+    let on = busctl_nvidia(&s, "SetMigMode", &["sba{sv}", &pf, "true", "0"]).expect("SetMigMode");
     assert_eq!(on, serde_json::json!([true, true]));
     assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
 
     // Profiles: IDs are what creates take, not the NVML indexes.
-    let profiles = m.list_mig_profiles(&pf).await.expect("ListMigProfiles");
-    let one = profiles
-        .iter()
-        .find(|p| p.2 == "1g.18gb")
-        .expect("1g.18gb");
+    let profiles = n.list_mig_profiles(&pf).await.expect("ListMigProfiles");
+    let one = profiles.iter().find(|p| p.2 == "1g.18gb").expect("1g.18gb");
     assert_eq!((one.0, one.1), (19, 0), "1g.18gb is ID 19 at index 0");
     assert_eq!(one.5, 7, "seven 1g instances fit");
     assert_eq!(one.7.len(), 7, "seven placements");
@@ -94,8 +104,9 @@ async fn a_mig_layout_is_made_and_refused_through_busctl() {
     // gdbus, another client: a 3g instance at placement 0.
     let out = s
         .bus
-        .gdbus_call(
-            "CreateGpuInstance",
+        .gdbus_call_on(
+            "/org/vgpud1/nvidia",
+            "org.vgpud1.Nvidia.CreateGpuInstance",
             &[&pf, "3g.71gb", "{'placement': <uint32 0>}"],
         )
         .expect("CreateGpuInstance");
@@ -108,58 +119,69 @@ async fn a_mig_layout_is_made_and_refused_through_busctl() {
     let instances = gpu.gpu_instances().await.expect("GpuInstances");
     assert_eq!(instances.len(), 1);
     assert_eq!(
-        (instances[0].0, instances[0].1, instances[0].2.as_str(), instances[0].3, instances[0].4),
+        (
+            instances[0].0,
+            instances[0].1,
+            instances[0].2.as_str(),
+            instances[0].3,
+            instances[0].4
+        ),
         (id, 9, "3g.71gb", 0, 4)
     );
     assert_eq!(instances[0].5, "", "no device uses it");
 
     // The 4g profile needs slices 0-3: no room, named.
-    let e = m
+    let e = n
         .create_gpu_instance(&pf, "4g.71gb", opts(&[]))
         .await
         .expect_err("no room for 4g");
     assert_eq!(error_name(&e), "org.vgpud1.Error.NoCapacity", "{e}");
     // A placement that is taken names the instance in the way.
-    let e = m
+    let e = n
         .create_gpu_instance(&pf, "1g.18gb", placement(2))
         .await
         .expect_err("taken");
-    assert!(error_message(&e).contains(&format!("GPU instance {id}")), "{e}");
+    assert!(
+        error_message(&e).contains(&format!("GPU instance {id}")),
+        "{e}"
+    );
     // A placement the profile does not have.
-    let e = m
+    let e = n
         .create_gpu_instance(&pf, "3g.71gb", placement(2))
         .await
         .expect_err("no such placement");
     assert_eq!(error_name(&e), "org.vgpud1.Error.InvalidArgument", "{e}");
     // Unknown profile.
-    let e = m
+    let e = n
         .create_gpu_instance(&pf, "9g.1tb", opts(&[]))
         .await
         .expect_err("unknown");
     assert_eq!(error_name(&e), "org.vgpud1.Error.NotFound", "{e}");
 
     // MIG off while an instance exists: Busy, with the reason.
-    let e = m
+    let e = n
         .set_mig_mode(&pf, false, opts(&[]))
         .await
         .expect_err("instances exist");
     assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
     assert!(error_message(&e).contains("GPU instances"), "{e}");
 
-    m.destroy_gpu_instance(&pf, id, opts(&[]))
+    n.destroy_gpu_instance(&pf, id, opts(&[]))
         .await
         .expect("DestroyGpuInstance");
     assert!(gpu.gpu_instances().await.expect("GpuInstances").is_empty());
-    let e = m
+    let e = n
         .destroy_gpu_instance(&pf, id, opts(&[]))
         .await
         .expect_err("gone");
     assert_eq!(error_name(&e), "org.vgpud1.Error.NotFound", "{e}");
 
     // MIG mode changes are refused while VFs are on (sriov-manage).
-    m.set_mig_mode(&pf, false, opts(&[])).await.expect("MIG off");
+    n.set_mig_mode(&pf, false, opts(&[]))
+        .await
+        .expect("MIG off");
     m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
-    let e = m
+    let e = n
         .set_mig_mode(&pf, true, opts(&[]))
         .await
         .expect_err("VFs on");
@@ -175,9 +197,10 @@ fn placement(start: u32) -> std::collections::HashMap<&'static str, Variant<'sta
 async fn a_mig_backed_vgpu_gets_an_instance_and_gives_it_back() {
     let s = h200().await;
     let m = s.manager().await;
+    let n = nvidia(&s).await;
     let pf = h200_gpus(&s).await[0].clone();
     let gpu = gpu_proxy(&s.conn, &pf).await;
-    m.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
     m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
 
     // Capacity counts what free placements allow: seven 1g instances.
@@ -219,14 +242,14 @@ async fn a_mig_backed_vgpu_gets_an_instance_and_gives_it_back() {
         6
     );
     // The instance a device uses is never destroyed.
-    let e = m
+    let e = n
         .destroy_gpu_instance(&pf, instances[0].0, opts(&[]))
         .await
         .expect_err("in use");
     assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
     assert!(error_message(&e).contains(&uuid), "{e}");
     // The device's telemetry comes from NVML's vGPU instance.
-    let metrics = m.get_metrics(&uuid).await.expect("GetMetrics of a vGPU");
+    let metrics = n.get_metrics(&uuid).await.expect("GetMetrics of a vGPU");
     assert_eq!(u32_of(&metrics["gpu_instance"]), instances[0].0);
     assert_eq!(u32_of(&metrics["type_id"]), 1414);
 
@@ -249,7 +272,9 @@ async fn a_mig_backed_vgpu_gets_an_instance_and_gives_it_back() {
     m.remove_device(&second, opts(&[])).await.expect("remove");
     assert!(gpu.gpu_instances().await.expect("GpuInstances").is_empty());
     assert_eq!(
-        m.get_capacity("H200X-7-141C", parent).await.expect("GetCapacity"),
+        m.get_capacity("H200X-7-141C", parent)
+            .await
+            .expect("GetCapacity"),
         1
     );
 }
@@ -258,6 +283,7 @@ async fn a_mig_backed_vgpu_gets_an_instance_and_gives_it_back() {
 async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
     let s = h200().await;
     let m = s.manager().await;
+    let n = nvidia(&s).await;
     let pf = h200_gpus(&s).await[0].clone();
     let gpu = gpu_proxy(&s.conn, &pf).await;
     let sched = gpu.scheduler().await.expect("Scheduler");
@@ -266,25 +292,29 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
         "best-effort"
     );
     // busctl: equal share with a 3 ms slice, persistent.
-    let out = s
-        .busctl_manager(
-            "SetScheduler",
-            &[
-                "sa{sv}",
-                &pf,
-                "2",
-                "policy",
-                "s",
-                "equal-share",
-                "timeslice_ms",
-                "u",
-                "3",
-            ],
-        )
-        .expect("SetScheduler");
+    let out = busctl_nvidia(
+        &s,
+        "SetScheduler",
+        &[
+            "sa{sv}",
+            &pf,
+            "2",
+            "policy",
+            "s",
+            "equal-share",
+            "timeslice_ms",
+            "u",
+            "3",
+        ],
+    )
+    .expect("SetScheduler");
     let result = &out[0];
     assert_eq!(result["applied"]["data"], serde_json::json!(true), "{out}");
-    assert_eq!(result["rm_pvmrl"]["data"], serde_json::json!(0x0003_0001), "{out}");
+    assert_eq!(
+        result["rm_pvmrl"]["data"],
+        serde_json::json!(0x0003_0001),
+        "{out}"
+    );
     let sched = gpu.scheduler().await.expect("Scheduler");
     assert_eq!(
         String::try_from(sched["policy"].clone()).expect("policy"),
@@ -301,7 +331,7 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
     );
 
     // Out of the driver's range.
-    let e = m
+    let e = n
         .set_scheduler(
             &pf,
             [
@@ -329,10 +359,13 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
         .into_iter()
         .collect()
     };
-    let e = m.set_scheduler(&pf, fixed(true)).await.expect_err("running");
+    let e = n
+        .set_scheduler(&pf, fixed(true))
+        .await
+        .expect_err("running");
     assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
     assert!(error_message(&e).contains(&uuid), "{e}");
-    let later = m.set_scheduler(&pf, fixed(false)).await.expect("next load");
+    let later = n.set_scheduler(&pf, fixed(false)).await.expect("next load");
     assert!(!bool::try_from(later["applied"].clone()).expect("applied"));
     let conf = std::fs::read_to_string(s.host.path("etc/modprobe.d/vgpud-scheduler.conf"))
         .expect("modprobe.d file");
@@ -340,11 +373,10 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
 
     // Under MIG there is no time-slice scheduler.
     let other = h200_gpus(&s).await[1].clone();
-    m.set_mig_mode(&other, true, opts(&[])).await.expect("MIG on");
-    let e = m
-        .set_scheduler(&other, fixed(true))
+    n.set_mig_mode(&other, true, opts(&[]))
         .await
-        .expect_err("MIG");
+        .expect("MIG on");
+    let e = n.set_scheduler(&other, fixed(true)).await.expect_err("MIG");
     assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
 }
 
@@ -352,15 +384,16 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
 async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() {
     let mut s = h200().await;
     let m = s.manager().await;
+    let n = nvidia(&s).await;
     let pf = h200_gpus(&s).await[0].clone();
-    m.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
-    m.create_gpu_instance(&pf, "2g.35gb", placement(4))
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    n.create_gpu_instance(&pf, "2g.35gb", placement(4))
         .await
         .expect("2g at 4");
-    m.create_gpu_instance(&pf, "1g.18gb", placement(1))
+    n.create_gpu_instance(&pf, "1g.18gb", placement(1))
         .await
         .expect("1g at 1");
-    m.create_gpu_instance(&pf, "1g.18gb", bool_opts(&[("persistent", false)]))
+    n.create_gpu_instance(&pf, "1g.18gb", bool_opts(&[("persistent", false)]))
         .await
         .expect("a transient one");
     drop(m);
@@ -389,8 +422,9 @@ async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() 
 async fn instances_made_or_destroyed_behind_vgpuds_back_are_drift() {
     let s = h200().await;
     let m = s.manager().await;
+    let n = nvidia(&s).await;
     let pf = h200_gpus(&s).await[0].clone();
-    m.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
     let mut drift = m.receive_gpu_drift().await.expect("subscribe");
     // Another tool (the driver's own state, as nvidia-smi mig -cgi changes it).
     vgpud_sim_driver::update(&s.host.root, &pf, |state| {
@@ -430,11 +464,10 @@ async fn instances_made_or_destroyed_behind_vgpuds_back_are_drift() {
 async fn telemetry_is_read_from_nvml_and_least_busy_placement_uses_it() {
     let s = h200().await;
     let m = s.manager().await;
+    let n = nvidia(&s).await;
     let gpus = h200_gpus(&s).await;
     // busctl GetMetrics on a GPU.
-    let out = s
-        .busctl_manager("GetMetrics", &["s", &gpus[0]])
-        .expect("GetMetrics");
+    let out = busctl_nvidia(&s, "GetMetrics", &["s", &gpus[0]]).expect("GetMetrics");
     let metrics = &out[0];
     for key in [
         "gpu_utilization",
@@ -452,13 +485,11 @@ async fn telemetry_is_read_from_nvml_and_least_busy_placement_uses_it() {
     }
     // The first GPU is busy, the second idle: least-busy takes the second.
     for (gpu, util) in [(&gpus[0], 90), (&gpus[1], 5)] {
-        vgpud_sim_driver::update(&s.host.root, gpu, |state| {
-            state.telemetry.gpu_util = util
-        })
-        .expect("driver state");
+        vgpud_sim_driver::update(&s.host.root, gpu, |state| state.telemetry.gpu_util = util)
+            .expect("driver state");
         m.set_vf_count(gpu, 32, opts(&[])).await.expect("VFs on");
     }
-    let busy = m.get_metrics(&gpus[0]).await.expect("GetMetrics");
+    let busy = n.get_metrics(&gpus[0]).await.expect("GetMetrics");
     assert_eq!(u32_of(&busy["gpu_utilization"]), 90);
     let uuid = s
         .busctl_create("H200X-4C", &[("policy", "least-busy")])
@@ -477,11 +508,12 @@ async fn telemetry_is_read_from_nvml_and_least_busy_placement_uses_it() {
 async fn without_nvml_vgpud_serves_and_says_why() {
     let s = Setup::new(H200).await;
     let m = s.manager().await;
-    let why = m.nvml().await.expect("Nvml");
+    let n = nvidia(&s).await;
+    let why = n.nvml().await.expect("Nvml");
     assert_ne!(why, "available");
     assert!(why.contains("disabled"), "{why}");
     let pf = h200_gpus(&s).await[0].clone();
-    let e = m
+    let e = n
         .set_mig_mode(&pf, true, opts(&[]))
         .await
         .expect_err("no NVML");
@@ -504,9 +536,15 @@ async fn a_missing_library_is_reported_not_fatal() {
     )
     .await;
     let conn = bus.connect().await;
-    let m = common::proxy::ManagerProxy::new(&conn).await.expect("proxy");
-    let why = m.nvml().await.expect("Nvml");
-    assert!(why.contains("nonexistent"), "the reason names the library: {why}");
+    let n = common::proxy::NvidiaProxy::new(&conn).await.expect("proxy");
+    let m = common::proxy::ManagerProxy::new(&conn)
+        .await
+        .expect("proxy");
+    let why = n.nvml().await.expect("Nvml");
+    assert!(
+        why.contains("nonexistent"),
+        "the reason names the library: {why}"
+    );
     assert!(!m.list_gpus().await.expect("ListGpus").is_empty());
     drop(daemon);
 }

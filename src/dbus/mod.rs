@@ -8,6 +8,7 @@ pub mod client;
 pub mod error;
 pub mod limits;
 mod manager;
+pub mod nvidia;
 mod objects;
 pub mod options;
 pub mod paths;
@@ -26,7 +27,8 @@ pub use publish::Publisher;
 /// The well-known bus name.
 pub const BUS_NAME: &str = "org.vgpud1";
 
-/// Exports the manager, the ObjectManager and every GPU and device object on `conn`, and
+/// Exports the manager, the NVIDIA control object, the ObjectManager and every GPU and
+/// device object on `conn`, and
 /// starts publishing the engine's events. Call it before requesting the bus name, so
 /// clients never see a half-populated tree. The publisher's task ends with the runtime.
 pub async fn serve(
@@ -36,17 +38,17 @@ pub async fn serve(
 ) -> zbus::Result<Arc<Publisher>> {
     let publisher = Publisher::new(conn.clone(), engine.clone());
     let server = conn.object_server();
+    let access = Arc::new(access::Access::new(conn.clone()));
+    let manager = |libvirt| Manager {
+        engine: engine.clone(),
+        libvirt,
+        publisher: publisher.clone(),
+        access: access.clone(),
+    };
     server
-        .at(
-            paths::ROOT,
-            Manager {
-                engine: engine.clone(),
-                libvirt,
-                publisher: publisher.clone(),
-                access: Arc::new(access::Access::new(conn.clone())),
-            },
-        )
+        .at(nvidia::PATH, nvidia::NvidiaObject(manager(libvirt.clone())))
         .await?;
+    server.at(paths::ROOT, manager(libvirt)).await?;
     publisher.export_all().await?;
     server.at(paths::ROOT, zbus::fdo::ObjectManager).await?;
     tokio::spawn(publisher.clone().run());

@@ -26,6 +26,8 @@ from clientcheck import (  # noqa: E402
 
 c = Checks("Gio object manager client")
 NAME = "org.vgpud1"
+NVIDIA = "org.vgpud1.Nvidia"
+NVIDIA_PATH = "/org/vgpud1/nvidia"
 
 conn = Gio.DBusConnection.new_for_address_sync(
     bus_address(),
@@ -134,8 +136,9 @@ def initial():
     gpu_paths = sorted(g[4] for g in gpus)
     c.equal(sorted(p for p, i in objs.items() if GPU in i), gpu_paths,
             "every GPU of ListGpus has a Gpu object proxy")
-    c.check(all(set(i) <= {GPU, DEVICE} for i in objs.values()),
-            "object proxies carry only Gpu and Device interfaces",
+    c.check(all(set(i) <= {GPU, DEVICE} or (p == NVIDIA_PATH and set(i) == {NVIDIA})
+                for p, i in objs.items()),
+            "object proxies carry only Gpu and Device interfaces (and the NVIDIA control object)",
             {p: sorted(i) for p, i in objs.items()})
     mtty = next(g for g in gpus if g[0] == "mtty")
     state["mtty"] = mtty[4]

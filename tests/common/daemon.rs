@@ -237,10 +237,14 @@ impl TestBus {
 
     /// Runs `gdbus call` on the manager and returns stdout, or the error text.
     pub fn gdbus_call(&self, method: &str, args: &[&str]) -> Result<String, String> {
+        self.gdbus_call_on("/org/vgpud1", &format!("org.vgpud1.Manager.{method}"), args)
+    }
+
+    /// Runs `gdbus call` of `method` (`iface.Method`) on the object at `path`.
+    pub fn gdbus_call_on(&self, path: &str, method: &str, args: &[&str]) -> Result<String, String> {
         let out = Command::new("gdbus")
             .args(["call", "--address", &self.address, "--dest", "org.vgpud1"])
-            .args(["--object-path", "/org/vgpud1", "--method"])
-            .arg(format!("org.vgpud1.Manager.{method}"))
+            .args(["--object-path", path, "--method", method])
             .args(args)
             .output()
             .expect("gdbus must be installed (apt-get install libglib2.0-bin)");

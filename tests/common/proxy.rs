@@ -70,6 +70,30 @@ pub trait Manager {
         uuid: &str,
         options: HashMap<&str, Variant<'_>>,
     ) -> zbus::Result<String>;
+    /// GpuDrift(s, s, s)
+    #[zbus(signal)]
+    fn gpu_drift(&self, gpu: String, event: String, detail: String) -> zbus::Result<()>;
+    /// DeviceCreated(s, o)
+    #[zbus(signal)]
+    fn device_created(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
+    /// DeviceDrift(s, s, s)
+    #[zbus(signal)]
+    fn device_drift(&self, uuid: String, event: String, detail: String) -> zbus::Result<()>;
+    /// DeviceRemoved(s, o)
+    #[zbus(signal)]
+    fn device_removed(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
+    /// Version
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+}
+
+/// `org.vgpud1.Nvidia` at `/org/vgpud1/nvidia`.
+#[proxy(
+    interface = "org.vgpud1.Nvidia",
+    default_service = "org.vgpud1",
+    default_path = "/org/vgpud1/nvidia"
+)]
+pub trait Nvidia {
     /// ListMigProfiles(s) → a(uusutuua(uu)a(uu))
     #[allow(clippy::type_complexity)]
     fn list_mig_profiles(&self, gpu: &str) -> zbus::Result<Vec<MigProfileRow>>;
@@ -102,24 +126,9 @@ pub trait Manager {
     ) -> zbus::Result<HashMap<String, zbus::OwnedVariant>>;
     /// GetMetrics(s) → a{sv}
     fn get_metrics(&self, gpu_or_uuid: &str) -> zbus::Result<HashMap<String, zbus::OwnedVariant>>;
-    /// GpuDrift(s, s, s)
-    #[zbus(signal)]
-    fn gpu_drift(&self, gpu: String, event: String, detail: String) -> zbus::Result<()>;
     /// Nvml
     #[zbus(property)]
     fn nvml(&self) -> zbus::Result<String>;
-    /// DeviceCreated(s, o)
-    #[zbus(signal)]
-    fn device_created(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
-    /// DeviceDrift(s, s, s)
-    #[zbus(signal)]
-    fn device_drift(&self, uuid: String, event: String, detail: String) -> zbus::Result<()>;
-    /// DeviceRemoved(s, o)
-    #[zbus(signal)]
-    fn device_removed(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
-    /// Version
-    #[zbus(property)]
-    fn version(&self) -> zbus::Result<String>;
 }
 
 /// `org.vgpud1.Gpu`.
