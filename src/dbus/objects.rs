@@ -110,7 +110,14 @@ impl GpuObject {
                         .map(|v| {
                             let i = &v.instance;
                             let p = i.placement;
-                            (i.id, i.profile_id, v.profile.clone(), p.start, p.size, v.device.clone())
+                            (
+                                i.id,
+                                i.profile_id,
+                                v.profile.clone(),
+                                p.start,
+                                p.size,
+                                v.device.clone(),
+                            )
                         })
                         .collect()
                 })

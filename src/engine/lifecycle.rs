@@ -135,7 +135,10 @@ impl Engine {
                         self.refresh_nvidia(parent, false);
                     }
                     (Ok(Outcome::Made(_)), None) => {
-                        if self.mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0)).is_some() {
+                        if self
+                            .mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0))
+                            .is_some()
+                        {
                             self.refresh_nvidia(parent, false);
                         }
                     }

@@ -229,7 +229,9 @@ impl Engine {
                 before,
                 after: entry.gpu.clone(),
             });
-            events.push(Event::CapacityChanged { gpu: pf.to_string() });
+            events.push(Event::CapacityChanged {
+                gpu: pf.to_string(),
+            });
             self.events.send_all(events);
         }
         // A mode set by another tool is seen (NVML says what the driver is in).
@@ -279,7 +281,12 @@ impl Engine {
     /// runs on the GPU (`Busy`); a GPU without MIG is `NotSupported`; a mode that waits for a
     /// reset is `NeedsReset` (the mode is pending). With `persistent` the mode is recorded and
     /// checked at boot.
-    pub fn set_mig_mode(&self, gpu: &str, enabled: bool, persistent: bool) -> EngineResult<MigMode> {
+    pub fn set_mig_mode(
+        &self,
+        gpu: &str,
+        enabled: bool,
+        persistent: bool,
+    ) -> EngineResult<MigMode> {
         self.nvidia_gpu(gpu)?;
         let gpu_lock = self.physical_gpu_lock(gpu)?;
         let held = lock(&gpu_lock);
@@ -299,8 +306,7 @@ impl Engine {
         };
         self.refresh_nvidia(gpu, false);
         drop(held);
-        if persistent && !matches!(result, Err(ref e) if !matches!(e, EngineError::NeedsReset(_)))
-        {
+        if persistent && !matches!(result, Err(ref e) if !matches!(e, EngineError::NeedsReset(_))) {
             let mut settings = self.settings(gpu)?;
             settings.mig_mode = Some(enabled);
             if !enabled {
@@ -414,22 +420,22 @@ impl Engine {
                 };
                 if let Some(i) = instances.iter().find(|i| overlaps(i.placement, want)) {
                     return Err(EngineError::NoRoom(format!(
-                            "placement {start} of {} on {gpu} is taken by GPU instance {} ({}:{})",
-                            profile_name(p),
-                            i.id,
-                            i.placement.start,
-                            i.placement.size
-                        )));
+                        "placement {start} of {} on {gpu} is taken by GPU instance {} ({}:{})",
+                        profile_name(p),
+                        i.id,
+                        i.placement.start,
+                        i.placement.size
+                    )));
                 }
                 Some(want)
             }
             None => Some(
                 choose_placement(&profiles, p.id, &instances).ok_or_else(|| {
                     EngineError::NoRoom(format!(
-                            "no free placement of {} on {gpu} ({} instances exist)",
-                            profile_name(p),
-                            instances.len()
-                        ))
+                        "no free placement of {} on {gpu} ({} instances exist)",
+                        profile_name(p),
+                        instances.len()
+                    ))
                 })?,
             ),
         };
@@ -514,7 +520,12 @@ impl Engine {
     /// For a MIG-backed type on a GPU in MIG mode: how many more vGPUs of it the GPU's MIG
     /// layout allows (free instances of its profile, plus instances that could be made when
     /// `create_instance`). `None` for other types and GPUs.
-    pub(super) fn mig_room(&self, pf: &str, type_number: u32, create_instance: bool) -> Option<u32> {
+    pub(super) fn mig_room(
+        &self,
+        pf: &str,
+        type_number: u32,
+        create_instance: bool,
+    ) -> Option<u32> {
         let profile_id = self.mig_profile_of_type(pf, type_number)?;
         let state = self.nvidia_state(pf)?;
         if !state.mig.is_some_and(|m| m.current) {
@@ -540,7 +551,12 @@ impl Engine {
     }
 
     /// Why a MIG-backed type has no room on `pf`.
-    pub(super) fn why_no_instance(&self, pf: &str, type_number: u32, create_instance: bool) -> String {
+    pub(super) fn why_no_instance(
+        &self,
+        pf: &str,
+        type_number: u32,
+        create_instance: bool,
+    ) -> String {
         let state = self.nvidia_state(pf).unwrap_or_default();
         if !state.mig.is_some_and(|m| m.current) {
             return format!("MIG is off (a MIG-backed type needs SetMigMode {pf} true)");
@@ -677,9 +693,10 @@ impl Engine {
             {
                 continue;
             }
-            if let Some(i) = existing.iter().find(|i| {
-                i.placement.start == rec.start && i.profile_id == rec.profile_id
-            }) {
+            if let Some(i) = existing
+                .iter()
+                .find(|i| i.placement.start == rec.start && i.profile_id == rec.profile_id)
+            {
                 rec.id = i.id;
                 keep.push(rec);
                 continue;
@@ -688,18 +705,19 @@ impl Engine {
                 start: rec.start,
                 size: rec.size,
             });
-            match self
-                .control
-                .create_gpu_instance(pf, rec.profile_id, placement, rec.compute_instance)
-            {
+            match self.control.create_gpu_instance(
+                pf,
+                rec.profile_id,
+                placement,
+                rec.compute_instance,
+            ) {
                 Ok(i) => {
                     rec.id = i.id;
                     made += 1;
                 }
-                Err(e) => failures.push(format!(
-                    "profile {} at {}: {e}",
-                    rec.profile_id, rec.start
-                )),
+                Err(e) => {
+                    failures.push(format!("profile {} at {}: {e}", rec.profile_id, rec.start))
+                }
             }
             keep.push(rec);
         }
@@ -737,7 +755,12 @@ fn instance_drift(
         s.map(|s| {
             s.gpu_instances
                 .iter()
-                .map(|v| ((v.instance.placement.start, v.instance.profile_id), v.profile.clone()))
+                .map(|v| {
+                    (
+                        (v.instance.placement.start, v.instance.profile_id),
+                        v.profile.clone(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -752,7 +775,9 @@ fn instance_drift(
         out.push(Event::GpuDrift {
             gpu: pf.to_string(),
             event: "gpu-instance-created-externally",
-            detail: format!("a GPU instance {name} at placement {start} appeared on {pf}, not made by vgpud"),
+            detail: format!(
+                "a GPU instance {name} at placement {start} appeared on {pf}, not made by vgpud"
+            ),
         });
     }
     for ((start, _), name) in b.iter().filter(|(k, _)| !a.contains_key(k)) {
@@ -776,7 +801,10 @@ mod tests {
             slices,
             max_instances: max,
             remaining: max,
-            placements: starts.iter().map(|&start| Placement { start, size }).collect(),
+            placements: starts
+                .iter()
+                .map(|&start| Placement { start, size })
+                .collect(),
             ..MigProfile::default()
         }
     }
@@ -806,7 +834,10 @@ mod tests {
     fn free_placements_leave_out_taken_slices() {
         let p = hopper();
         let taken = [at(0, 4, 9)];
-        let free: Vec<u32> = free_placements(&p[3], &taken).iter().map(|p| p.start).collect();
+        let free: Vec<u32> = free_placements(&p[3], &taken)
+            .iter()
+            .map(|p| p.start)
+            .collect();
         assert_eq!(free, vec![4]);
         assert!(free_placements(&p[5], &taken).is_empty());
         assert_eq!(room_for_more(&p[0], &taken), 3);
@@ -863,7 +894,10 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            vec!["gpu-instance-created-externally", "gpu-instance-destroyed-externally"]
+            vec![
+                "gpu-instance-created-externally",
+                "gpu-instance-destroyed-externally"
+            ]
         );
         assert!(instance_drift("g", None, Some(&view(&[0]))).is_empty());
     }

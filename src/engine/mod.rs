@@ -22,8 +22,8 @@ mod pci_devices;
 mod reconcile;
 mod request;
 pub mod scheduler;
-pub mod telemetry;
 mod sriov;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 mod type_info;
@@ -461,8 +461,8 @@ impl Engine {
                 discovery::vgpu_types(&gpu.model, &states, self.is_heterogeneous(address));
             // A MIG-backed type counts the GPU instances that are free or could be made,
             // bounded by the free VFs.
-            let free_vfs = u32::try_from(states.iter().filter(|s| s.current == 0).count())
-                .unwrap_or(u32::MAX);
+            let free_vfs =
+                u32::try_from(states.iter().filter(|s| s.current == 0).count()).unwrap_or(u32::MAX);
             for t in &mut types {
                 let room = discovery::sriov::nvidia_type_number(&t.id)
                     .and_then(|n| self.mig_room(address, n, true));
@@ -692,7 +692,11 @@ impl Engine {
             for (parent, _) in &matches {
                 let gpu = pf_of.get(parent).unwrap_or(parent).clone();
                 if !busy.contains_key(&gpu) {
-                    let u = self.control.metrics(&gpu).ok().and_then(|m| m.gpu_utilization);
+                    let u = self
+                        .control
+                        .metrics(&gpu)
+                        .ok()
+                        .and_then(|m| m.gpu_utilization);
                     busy.insert(gpu, u);
                 }
             }

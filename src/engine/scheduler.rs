@@ -172,15 +172,23 @@ impl Engine {
         drop(held);
         if persistent {
             let mut settings = self.settings(gpu)?;
-            settings.scheduler = (*setting != SchedulerSetting::default()).then(|| recorded(setting));
-            persist::sriov::write(&self.host, &settings)
-                .map_err(|e| EngineError::persist(format!("recording the scheduler of {gpu}"), e))?;
+            settings.scheduler =
+                (*setting != SchedulerSetting::default()).then(|| recorded(setting));
+            persist::sriov::write(&self.host, &settings).map_err(|e| {
+                EngineError::persist(format!("recording the scheduler of {gpu}"), e)
+            })?;
             outcome.modprobe_file = self.write_modprobe()?;
         }
         outcome.note = match (outcome.applied, persistent) {
-            (true, true) => "applied now; the nvidia module gets it again when it loads next".into(),
-            (true, false) => "applied now; lost when the nvidia module reloads or the host reboots".into(),
-            (false, _) => "applies when the nvidia module loads next (reboot or driver reload)".into(),
+            (true, true) => {
+                "applied now; the nvidia module gets it again when it loads next".into()
+            }
+            (true, false) => {
+                "applied now; lost when the nvidia module reloads or the host reboots".into()
+            }
+            (false, _) => {
+                "applies when the nvidia module loads next (reboot or driver reload)".into()
+            }
         };
         Ok(outcome)
     }
@@ -233,14 +241,12 @@ impl Engine {
                         )
                     })?;
                 }
-                persist::write_atomic(&path, text.as_bytes(), 0o644).map_err(|e| {
-                    EngineError::persist(format!("writing {}", path.display()), e)
-                })?;
+                persist::write_atomic(&path, text.as_bytes(), 0o644)
+                    .map_err(|e| EngineError::persist(format!("writing {}", path.display()), e))?;
             }
             None => {
-                persist::remove_durable(&path).map_err(|e| {
-                    EngineError::persist(format!("removing {}", path.display()), e)
-                })?;
+                persist::remove_durable(&path)
+                    .map_err(|e| EngineError::persist(format!("removing {}", path.display()), e))?;
             }
         }
         Ok(path.display().to_string())

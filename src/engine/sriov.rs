@@ -28,7 +28,10 @@ impl Engine {
     }
 
     /// The lock of a physical GPU named by a caller (checked as a name first).
-    pub(super) fn physical_gpu_lock(&self, pf: &str) -> EngineResult<std::sync::Arc<std::sync::Mutex<()>>> {
+    pub(super) fn physical_gpu_lock(
+        &self,
+        pf: &str,
+    ) -> EngineResult<std::sync::Arc<std::sync::Mutex<()>>> {
         super::request::check_name("gpu", pf)?;
         self.gpu_lock(pf)
             .filter(|_| self.with_gpu(pf, |g| g.is_physical()).unwrap_or(false))

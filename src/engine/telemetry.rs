@@ -59,7 +59,9 @@ impl Engine {
 
     fn device_metrics(&self, uuid: &str) -> EngineResult<Metrics> {
         let Some(info) = self.device(uuid) else {
-            return Err(EngineError::NotFound(format!("no device {uuid} on this host")));
+            return Err(EngineError::NotFound(format!(
+                "no device {uuid} on this host"
+            )));
         };
         let pf = self.gpu_of_parent(&info.parent);
         self.nvidia_gpu(&pf)?;
@@ -72,17 +74,17 @@ impl Engine {
         // NVML names a legacy vGPU by its mdev UUID. A vGPU on a VF it does not tie to the
         // VF: it is the one in the GPU instance vgpud made for the device, or else the only
         // one of the device's type on the GPU.
-        let instance = self
-            .nvidia_state(&pf)
-            .and_then(|s| {
-                s.gpu_instances
-                    .into_iter()
-                    .find(|g| g.device == uuid)
-                    .map(|g| g.instance.id)
-            });
+        let instance = self.nvidia_state(&pf).and_then(|s| {
+            s.gpu_instances
+                .into_iter()
+                .find(|g| g.device == uuid)
+                .map(|g| g.instance.id)
+        });
         let type_number = crate::discovery::sriov::nvidia_type_number(&info.type_id);
         let vgpu = match info.kind {
-            DeviceKind::Mdev => active.iter().find(|v| v.mdev_uuid.eq_ignore_ascii_case(uuid)),
+            DeviceKind::Mdev => active
+                .iter()
+                .find(|v| v.mdev_uuid.eq_ignore_ascii_case(uuid)),
             DeviceKind::SriovVgpu => match instance {
                 Some(gi) => active.iter().find(|v| v.gpu_instance_id == Some(gi)),
                 None => {
