@@ -691,13 +691,13 @@ impl Engine {
         if policy == Policy::LeastBusy {
             for (parent, _) in &matches {
                 let gpu = pf_of.get(parent).unwrap_or(parent).clone();
-                if !busy.contains_key(&gpu) {
+                if let std::collections::btree_map::Entry::Vacant(e) = busy.entry(gpu) {
                     let u = self
                         .control
-                        .metrics(&gpu)
+                        .metrics(e.key())
                         .ok()
                         .and_then(|m| m.gpu_utilization);
-                    busy.insert(gpu, u);
+                    e.insert(u);
                 }
             }
         }
