@@ -144,6 +144,8 @@ fn the_installed_unit_is_exposed_at_most_2_0() {
     for needed in [
         "ReadWritePaths=/sys/devices /sys/bus/pci",
         "ReadWritePaths=/etc/mdevctl.d",
+        "ReadWritePaths=-/etc/modprobe.d",
+        "DeviceAllow=char-nvidia-caps rw",
         "StateDirectory=vgpud",
         "RestrictAddressFamilies=AF_UNIX",
         "BusName=org.vgpud1",
