@@ -59,7 +59,8 @@
 //! disablement and releasing a vGPU type are completed. The only state outside `sys/` and
 //! `dev/` (besides the simulated driver's) is the dynamic ids of `new_id`
 //! (`ROOT/run/vgpud-simulator/dynids/<drv>`), which the tree cannot say and which, like the
-//! kernel's, do not survive a reboot.
+//! kernel's, do not survive a reboot, and the fingerprint of the driver state a GPU's VF lists
+//! follow (`ROOT/run/vgpud-simulator/nvidia-lists/<pf>`, a cache; see `vgpu.rs`).
 
 mod binding;
 mod fbdev;

@@ -23,10 +23,12 @@
 //! a list is read through [`crate::host::Host::read_attr`] (`Simulator::before_read`): GPU
 //! instances and modes change through NVML, another process or thread, with no sysfs write, and
 //! the real driver prints the list when it is read. That recomputes the lists of the read VF's
-//! GPU only, with the tree's lock held; the simulated driver's lock is taken inside it (lock
-//! order: tree, then driver; the fake library takes only the driver's). A GPU the simulated
-//! driver stores nothing for is in the defaults (MIG off, no GPU instance, equal-size mode), and
-//! its state files are not created by reading it.
+//! GPU only, and only when the driver's state differs from the one they were computed from
+//! (a fingerprint in `ROOT/run/vgpud-simulator/nvidia-lists/<pf>`, absent for the defaults), so
+//! a read costs a load of the driver's state; with the tree's lock held, the simulated
+//! driver's lock taken inside it (lock order: tree, then driver; the fake library takes only
+//! the driver's). A GPU the simulated driver stores nothing for is in the defaults (MIG off, no
+//! GPU instance, equal-size mode), and its state files are not created by reading it.
 //!
 //! Heterogeneous (mixed-size) mode (hardware.md §2.4), which `nvidia-smi vgpu -i <gpu> -shm 1`
 //! turns on for a GPU with no vGPU and MIG off (see `tool.rs`): the driver keeps the setting,
@@ -281,7 +283,7 @@ pub(crate) fn creatable_text(vf: &Path) -> io::Result<String> {
 }
 
 /// Rewrites the `creatable_vgpu_types` of every VF of GPU `pf` that differs from what it
-/// should list now (the view read once).
+/// should list now (the view read once), then records which driver state they follow.
 fn refresh_lists(pf: &Path, vfs: &[PathBuf]) -> io::Result<()> {
     let mut view = None;
     for vf in vfs {
@@ -298,7 +300,51 @@ fn refresh_lists(pf: &Path, vfs: &[PathBuf]) -> io::Result<()> {
             fsx::write_atomic(&file, &text, 0o444)?;
         }
     }
-    Ok(())
+    match view {
+        Some(v) => record_fingerprint(pf, &v.driver),
+        None => Ok(()),
+    }
+}
+
+/// What the lists take from the simulated driver's state, hashed; `None` for the defaults
+/// (MIG off, no GPU instance or MIG-backed vGPU, equal-size mode).
+fn driver_fingerprint(s: &GpuState) -> Option<String> {
+    use std::hash::{Hash, Hasher};
+    if !s.mig.current && s.gpu_instances.is_empty() && s.vgpus.is_empty() && !s.heterogeneous {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (s.mig.current, s.heterogeneous, &s.vgpus).hash(&mut h);
+    for gi in &s.gpu_instances {
+        (gi.id, gi.profile_id, gi.start, gi.size).hash(&mut h);
+    }
+    Some(format!("{:016x}\n", h.finish()))
+}
+
+/// `ROOT/run/vgpud-simulator/nvidia-lists/<pf>`: the fingerprint of the driver state the VF
+/// lists of GPU `pf` were last computed from; absent for the defaults.
+fn fingerprint_file(pf: &Path) -> Option<PathBuf> {
+    let (root, address) = driver_key(pf)?;
+    Some(root.join("run/vgpud-simulator/nvidia-lists").join(address))
+}
+
+/// Records that the lists of GPU `pf` follow driver state `s` (written after the lists, so a
+/// writer killed in between leaves an old fingerprint, and the next read computes again).
+fn record_fingerprint(pf: &Path, s: &GpuState) -> io::Result<()> {
+    let Some(file) = fingerprint_file(pf) else {
+        return Ok(());
+    };
+    match driver_fingerprint(s) {
+        None if fsx::exists_nofollow(&file) => fsx::remove_quiet(&file),
+        None => Ok(()),
+        Some(f) if fsx::read_opt(&file).as_deref() == Some(f.as_str()) => Ok(()),
+        Some(f) => {
+            if let Some(dir) = file.parent() {
+                fsx::create_dir_all(dir)?;
+            }
+            fsx::write_atomic(&file, &f, 0o644)
+        }
+    }
 }
 
 /// Recomputes what depends on the vGPUs of the GPU of `dev` (a PF or a VF): every VF's
@@ -322,7 +368,10 @@ pub(crate) fn refresh_pf(dev: &Path) -> io::Result<()> {
 /// What a read of `<vf>/nvidia/creatable_vgpu_types` computes first (the real driver prints
 /// the list when it is read): the lists of every VF of the VF's GPU, as the simulated driver's
 /// state is now. GPU instances, the MIG mode and heterogeneous mode change through NVML (the
-/// fake library) without any sysfs write. Called with the tree's lock held.
+/// fake library) without any sysfs write; every sysfs change recomputes the lists itself. So
+/// the lists are computed again only when the driver's state differs from the one they were
+/// last computed from (its fingerprint, kept in `run/vgpud-simulator/nvidia-lists/<pf>`): a
+/// read costs the driver state's load, not the GPU's VFs. Called with the tree's lock held.
 pub(crate) fn refresh_on_read(file: &Path) -> io::Result<()> {
     let Some(vf) = file.parent().and_then(Path::parent) else {
         return Ok(());
@@ -330,6 +379,11 @@ pub(crate) fn refresh_on_read(file: &Path) -> io::Result<()> {
     let Some(pf) = physfn(vf) else {
         return Ok(());
     };
+    let now = driver_fingerprint(&driver_state(&pf)?);
+    let recorded = fingerprint_file(&pf).and_then(|f| fsx::read_opt(&f));
+    if now == recorded {
+        return Ok(());
+    }
     refresh_lists(&pf, &binding::virtfns(&pf)?)
 }
 
@@ -338,6 +392,11 @@ pub(crate) fn refresh_on_read(file: &Path) -> io::Result<()> {
 pub(crate) fn remove_pf_temps(dev: &Path, pid: u32) -> io::Result<()> {
     let pf = physfn(dev).unwrap_or_else(|| dev.to_path_buf());
     fsx::remove_temps(&pf, pid)?;
+    if let Some(dir) = fingerprint_file(&pf).as_deref().and_then(Path::parent) {
+        if dir.is_dir() {
+            fsx::remove_temps(dir, pid)?;
+        }
+    }
     for vf in binding::virtfns(&pf)? {
         fsx::remove_temps(&vf, pid)?;
         fsx::remove_temps(&vf.join("nvidia"), pid)?;
@@ -442,7 +501,10 @@ fn apply(entry: &Entry, release: bool) -> io::Result<()> {
     let placement = dir.join("placement_id");
     if new == "0" {
         fsx::remove_quiet(&placement)?;
-        fsx::remove_quiet(&dir.join("gpu_instance_id"))?;
+        let gi = dir.join("gpu_instance_id");
+        if fsx::exists_nofollow(&gi) {
+            fsx::remove_quiet(&gi)?;
+        }
     } else if let Some(at) = entry.placement {
         fsx::write_atomic(&placement, &format!("{at}\n"), 0o444)?;
     }
