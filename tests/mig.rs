@@ -396,6 +396,17 @@ async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() 
     n.create_gpu_instance(&pf, "1g.18gb", bool_opts(&[("persistent", false)]))
         .await
         .expect("a transient one");
+    // A persistent MIG-backed vGPU on the second GPU, with the instance made for it.
+    let second = h200_gpus(&s).await[1].clone();
+    n.set_mig_mode(&second, true, opts(&[]))
+        .await
+        .expect("MIG on");
+    m.set_vf_count(&second, 32, opts(&[]))
+        .await
+        .expect("VFs on");
+    let vgpu = s
+        .busctl_create("H200X-3-71C", &[("parent", &second)])
+        .expect("a MIG-backed vGPU");
     drop(m);
     // Reboot: GPU instances are gone (run/, sys/), the MIG mode is kept by the GPU.
     s.daemon.stop();
@@ -416,6 +427,26 @@ async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() 
         vec![("1g.18gb".to_string(), 1, 1), ("2g.35gb".to_string(), 4, 2)],
         "the persistent instances, where they were; not the transient one"
     );
+    // The vGPU came back in stages: VFs, then its instance, then the vGPU in it.
+    let m = s.manager().await;
+    let device = common::proxy::device_proxy(&s.conn, &vgpu).await;
+    assert!(
+        device.active().await.expect("Active"),
+        "the vGPU was restored"
+    );
+    let other = gpu_proxy(&s.conn, &second).await;
+    let instances = other.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    assert_eq!(
+        (instances[0].2.as_str(), instances[0].5.as_str()),
+        ("3g.71gb", vgpu.as_str())
+    );
+    m.remove_device(&vgpu, opts(&[])).await.expect("remove");
+    assert!(other
+        .gpu_instances()
+        .await
+        .expect("GpuInstances")
+        .is_empty());
 }
 
 #[tokio::test]

@@ -628,7 +628,12 @@ impl Engine {
     /// Starts a defined device; the caller holds its claim.
     pub(super) fn start_defined(&self, info: &DeviceInfo) -> EngineResult<DeviceInfo> {
         if info.kind != DeviceKind::Mdev {
-            return self.start_pci(info);
+            let started = self.start_pci(info);
+            if info.kind == DeviceKind::SriovVgpu {
+                // Which GPU instance the vGPU went into (MIG) is NVML's to say.
+                self.refresh_nvidia(&info.parent, false);
+            }
+            return started;
         }
         let uuid = &info.uuid;
         let attrs: Vec<(String, String)> = self.definition_attrs(info);
@@ -750,6 +755,9 @@ impl Engine {
         }
         if info.kind != DeviceKind::Mdev {
             self.release_pci(&info, true)?;
+            if info.kind == DeviceKind::SriovVgpu {
+                self.refresh_nvidia(&info.parent, false);
+            }
             let stopped = DeviceInfo {
                 active: false,
                 iommu_group: None,
