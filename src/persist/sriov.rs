@@ -1,8 +1,11 @@
-//! What vgpud set on an SR-IOV physical function and restores first at boot (VFs and the
-//! driver's vGPU mode are lost on reboot and driver reload): the number of VFs, and NVIDIA's
-//! heterogeneous (mixed-size) vGPU mode. One file per physical function,
-//! `var/lib/vgpud/sriov/<address>.json`, versioned JSON; a function with nothing to restore
-//! has no file.
+//! What vgpud set on a physical function and restores first at boot (VFs, the driver's vGPU
+//! mode and MIG instances are lost on reboot and driver reload): the number of VFs, NVIDIA's
+//! heterogeneous (mixed-size) vGPU mode, the MIG mode vgpud set (checked at boot; the GPU
+//! keeps it), the GPU instances to make again (profile ID and placement, and the device an
+//! instance was made for on demand), and the vGPU scheduler setting. One file per physical
+//! function, `var/lib/vgpud/sriov/<address>.json`, versioned JSON (fields added since version
+//! 1 are optional, so older records read as before); a function with nothing to restore has
+//! no file.
 
 use std::path::PathBuf;
 
