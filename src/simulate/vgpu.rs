@@ -157,9 +157,16 @@ struct PfView {
     device: u16,
     types: Vec<&'static NvidiaTypeInfo>,
     driver: GpuState,
-    /// One per VF with a type set: its framebuffer (MiB) if the type is known, and its
-    /// placement (placement id, type GiB) if it has one.
-    vgpus: Vec<(Option<u64>, Option<(u64, u64)>)>,
+    /// One per VF with a type set.
+    vgpus: Vec<VfVgpu>,
+}
+
+/// A vGPU on one VF of the GPU.
+struct VfVgpu {
+    /// Its framebuffer (MiB), if the type is known.
+    fb: Option<u64>,
+    /// Its placement (placement id, type GiB), if it has one.
+    placed: Option<(u64, u64)>,
 }
 
 impl PfView {
@@ -178,7 +185,7 @@ impl PfView {
                 (Some(at), Some(fb)) => Some((at, fb / 1024)),
                 _ => None,
             };
-            vgpus.push((fb, placed));
+            vgpus.push(VfVgpu { fb, placed });
         }
         Ok(PfView {
             device: device_id(pf),
@@ -208,7 +215,7 @@ impl PfView {
     }
 
     fn taken(&self) -> Vec<(u64, u64)> {
-        self.vgpus.iter().filter_map(|(_, p)| *p).collect()
+        self.vgpus.iter().filter_map(|v| v.placed).collect()
     }
 
     /// The free placement ids of a type in heterogeneous mode, lowest first.
@@ -242,10 +249,7 @@ impl PfView {
             .filter(|t| {
                 t.max_instances > 0
                     && (self.vgpus.is_empty()
-                        || (self
-                            .vgpus
-                            .iter()
-                            .all(|(fb, _)| *fb == Some(t.framebuffer_mib))
+                        || (self.vgpus.iter().all(|v| v.fb == Some(t.framebuffer_mib))
                             && count < t.max_instances))
             })
             .collect()
