@@ -47,7 +47,7 @@ struct Cli {
     /// The NVML library for MIG, the vGPU scheduler and telemetry; "none" runs without
     /// [default: from etc/vgpud/vgpud.toml, else libnvidia-ml.so.1; on a simulated host the
     /// workspace's fake library next to vgpud]
-    #[arg(long, value_name = "PATH", global = true)]
+    #[arg(long, value_name = "PATH")]
     nvml_library: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -79,6 +79,9 @@ enum Command {
         /// Also compare each GPU's MIG profiles with the simulator's table for that GPU.
         #[arg(long)]
         compare: bool,
+        /// The NVML library to load [default: libnvidia-ml.so.1]
+        #[arg(long = "nvml-library", value_name = "PATH")]
+        library: Option<std::path::PathBuf>,
     },
 }
 
@@ -113,8 +116,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::SimHost { profiles, list }) => sim_host(&cli.root, &profiles, list),
-        Some(Command::NvmlProbe { compare }) => {
-            let library = cli.nvml_library.as_deref();
+        Some(Command::NvmlProbe { compare, library }) => {
+            let library = library.as_deref().or(cli.nvml_library.as_deref());
             let mut out = std::io::stdout().lock();
             let result = if compare {
                 vgpud::gpu_control::probe::compare_with_simulator(library, &mut out)

@@ -579,3 +579,67 @@ async fn a_missing_library_is_reported_not_fatal() {
     assert!(!m.list_gpus().await.expect("ListGpus").is_empty());
     drop(daemon);
 }
+
+#[test]
+fn the_probe_command_reads_and_changes_nothing() {
+    let library = fake_library();
+    let host = common::daemon::TestHost::new(H200);
+    let before = common::daemon::snapshot(&host.root);
+    let out = std::process::Command::new(common::daemon::vgpud_bin())
+        .arg("nvml-probe")
+        .arg("--compare")
+        .arg("--nvml-library")
+        .arg(&library)
+        .env("VGPUD_FAKE_NVML_ROOT", &host.root)
+        .output()
+        .expect("run vgpud nvml-probe");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for section in [
+        "NVIDIA H200",
+        "MIG mode",
+        "GPU-instance profiles",
+        "1g.18gb",
+        "scheduler",
+        "telemetry",
+    ] {
+        assert!(
+            text.contains(section),
+            "the probe prints no {section:?}:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("DIFFERS"),
+        "the fake and the simulator's table agree:\n{text}"
+    );
+    // Nothing changed but the simulated driver's lock file, which a read takes.
+    let mut after = common::daemon::snapshot(&host.root);
+    after.retain(|p, _| !p.ends_with("run/nvidia-sim/lock") && !p.ends_with("run/nvidia-sim"));
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(p, v)| before.get(*p) != Some(*v))
+        .map(|(p, _)| p.display().to_string())
+        .chain(
+            before
+                .keys()
+                .filter(|p| !after.contains_key(*p))
+                .map(|p| p.display().to_string()),
+        )
+        .collect();
+    assert!(changed.is_empty(), "the probe changed {changed:?}");
+    // Without a library it says why and fails.
+    let out = std::process::Command::new(common::daemon::vgpud_bin())
+        .args([
+            "nvml-probe",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+        ])
+        .output()
+        .expect("run vgpud nvml-probe");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent"));
+}

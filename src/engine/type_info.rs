@@ -124,9 +124,11 @@ impl Engine {
                     let board = self
                         .with_gpu(&first_gpu, |g| g.model.clone())
                         .unwrap_or_default();
-                    let board_gib = catalog::nvidia_board_framebuffer_gib(
-                        board.rsplit(' ').next().unwrap_or_default(),
-                    );
+                    // The board by its PCI model name ("H200 SXM 141GB"), else the model's
+                    // last word ("L40S").
+                    let board = catalog::nvidia_board_of_model(&board)
+                        .unwrap_or_else(|| board.rsplit(' ').next().unwrap_or_default());
+                    let board_gib = catalog::nvidia_board_framebuffer_gib(board);
                     let type_gib = framebuffer_mib.map(|m| m / 1024);
                     if let (Some(b), Some(t)) = (board_gib, type_gib) {
                         info.placement = catalog::nvidia_placement(b, t);
