@@ -19,18 +19,8 @@ const H200_DEVICE: u16 = 0x2335;
 
 /// A simulated H200 host with vgpud using the fake NVML library.
 async fn h200() -> Setup {
-    let library = fake_library();
-    let host = common::daemon::TestHost::new(H200);
-    let bus = common::daemon::TestBus::start(common::daemon::Policy::Open);
-    let lib = library.to_string_lossy().into_owned();
-    let daemon = Daemon::start_args(&bus, &host, &["--nvml-library", &lib]).await;
-    let conn = bus.connect().await;
-    Setup {
-        bus,
-        host,
-        daemon,
-        conn,
-    }
+    let lib = fake_library().to_string_lossy().into_owned();
+    Setup::with_args(H200, &["--nvml-library", &lib]).await
 }
 
 async fn restart_with_nvml(s: &mut Setup) {

@@ -818,7 +818,15 @@ fn type_info_dict(info: &TypeInfo) -> Result<HashMap<String, OwnedVariant>> {
         put("fences", g.fences.map(Variant::from));
         put("weight", g.weight.map(Variant::from));
     }
-    out.into_iter()
+    owned_dict(out)
+}
+
+/// A dictionary answer (`a{sv}`) from named values.
+pub(super) fn owned_dict(
+    entries: Vec<(&str, Variant<'_>)>,
+) -> Result<HashMap<String, OwnedVariant>> {
+    entries
+        .into_iter()
         .map(|(k, v)| {
             let owned = OwnedVariant::try_from(v)
                 .map_err(|e| Error::Failed(format!("internal: encoding {k}: {e}")))?;

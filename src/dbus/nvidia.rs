@@ -10,7 +10,7 @@ use zbus::{interface, OwnedVariant, Variant};
 
 use super::error::{Error, Result};
 use super::limits;
-use super::manager::{blocking, Manager};
+use super::manager::{blocking, owned_dict, Manager};
 use super::options::{OptionReader, Options};
 
 /// The object path.
@@ -41,18 +41,6 @@ type MigProfileRow = (
     Vec<(u32, u32)>,
     Vec<(u32, u32)>,
 );
-
-/// A dictionary answer.
-fn owned_dict(entries: Vec<(&str, Variant<'_>)>) -> Result<HashMap<String, OwnedVariant>> {
-    entries
-        .into_iter()
-        .map(|(k, v)| {
-            let owned = OwnedVariant::try_from(v)
-                .map_err(|e| Error::Failed(format!("internal: encoding {k}: {e}")))?;
-            Ok((k.to_string(), owned))
-        })
-        .collect()
-}
 
 #[interface(name = "org.vgpud1.Nvidia")]
 impl NvidiaObject {

@@ -157,6 +157,9 @@ struct Registry {
     /// UUIDs whose operation finished since the running refresh took its snapshot of the
     /// host: the snapshot may predate them, so that refresh leaves them alone.
     touched: BTreeSet<String>,
+    /// The VFs whose SR-IOV vGPU such an operation made or released: a snapshot that saw the
+    /// vGPU but not (or no longer) its record must not adopt it under another UUID.
+    touched_functions: BTreeSet<String>,
 }
 
 /// The engine: inventory, registry and the operations on them.
@@ -925,10 +928,17 @@ impl InFlight<'_> {
                     tracing::warn!(uuid = %self.uuid, error = %e, "could not scan the GPUs again");
                 }
             }
+            let functions: Vec<String> = [reg.devices.get(&self.uuid), device.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter(|d| d.kind == DeviceKind::SriovVgpu)
+                .filter_map(|d| d.address.clone())
+                .collect();
             engine.record(&mut reg, &self.uuid, device, events::Origin::Vgpud);
             engine.events.flush();
             reg.in_flight.remove(&self.uuid);
             reg.touched.insert(self.uuid.clone());
+            reg.touched_functions.extend(functions);
         });
     }
 }

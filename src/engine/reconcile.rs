@@ -502,7 +502,10 @@ impl Engine {
     /// since the snapshot about to be taken may predate it.
     pub(super) fn begin_refresh(&self) -> std::sync::MutexGuard<'_, ()> {
         let guard = lock(&self.refreshing);
-        lock(&self.registry).touched.clear();
+        let mut reg = lock(&self.registry);
+        reg.touched.clear();
+        reg.touched_functions.clear();
+        drop(reg);
         guard
     }
 
@@ -554,8 +557,24 @@ impl Engine {
                     changes.removed.push(old);
                 }
             }
+            // A vGPU on a VF that an operation in flight or finished since the snapshot works
+            // on belongs to that operation's device, whatever the snapshot made of it.
+            let busy_function = |reg: &super::Registry, info: &DeviceInfo| {
+                info.kind == DeviceKind::SriovVgpu
+                    && info.address.as_ref().is_some_and(|vf| {
+                        reg.touched_functions.contains(vf)
+                            || reg.in_flight.iter().any(|u| {
+                                reg.devices
+                                    .get(u)
+                                    .is_some_and(|d| d.address.as_ref() == Some(vf))
+                            })
+                    })
+            };
             for (uuid, info) in merged.devices {
                 if busy(&reg, &uuid) {
+                    continue;
+                }
+                if !reg.devices.contains_key(&uuid) && busy_function(&reg, &info) {
                     continue;
                 }
                 match reg.devices.get(&uuid) {

@@ -19,9 +19,14 @@ pub struct Setup {
 impl Setup {
     /// Writes `profiles`, starts a bus open to everyone and vgpud on it.
     pub async fn new(profiles: &[&str]) -> Self {
+        Self::with_args(profiles, &[]).await
+    }
+
+    /// Like [`Setup::new`], with extra vgpud arguments.
+    pub async fn with_args(profiles: &[&str], args: &[&str]) -> Self {
         let host = TestHost::new(profiles);
         let bus = TestBus::start(Policy::Open);
-        let daemon = Daemon::start(&bus, &host).await;
+        let daemon = Daemon::start_args(&bus, &host, args).await;
         let conn = bus.connect().await;
         Setup {
             bus,
