@@ -633,3 +633,46 @@ fn the_probe_command_reads_and_changes_nothing() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent"));
 }
+
+#[tokio::test]
+async fn an_ampere_mig_mode_waits_for_a_reset_and_applies_after_a_reboot() {
+    let lib = fake_library().to_string_lossy().into_owned();
+    let mut s = Setup::with_args(&["nvidia-a100"], &["--nvml-library", &lib]).await;
+    let m = s.manager().await;
+    let n = nvidia(&s).await;
+    let pf = m
+        .list_gpus()
+        .await
+        .expect("ListGpus")
+        .into_iter()
+        .find(|g| g.1.contains("A100"))
+        .expect("an A100")
+        .0;
+    // busctl: the driver takes the mode but applies it at the next GPU reset.
+    let e = busctl_nvidia(&s, "SetMigMode", &["sba{sv}", &pf, "true", "0"]).expect_err("pending");
+    assert!(e.contains("pending on until the GPU is reset"), "{e}");
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (false, true));
+    let e = n
+        .create_gpu_instance(&pf, "1g.10gb", opts(&[]))
+        .await
+        .expect_err("MIG is not on yet");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
+    assert!(error_message(&e).contains("pending"), "{e}");
+    // After a reboot the mode is on, and it is what vgpud recorded.
+    drop((m, n, gpu));
+    s.daemon.stop();
+    s.host.reboot(&["nvidia-a100"]);
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
+    assert!(
+        !s.daemon.log_text().contains("not in its recorded MIG mode"),
+        "{}",
+        s.daemon.log_text()
+    );
+    let n = nvidia(&s).await;
+    n.create_gpu_instance(&pf, "1g.10gb", opts(&[]))
+        .await
+        .expect("a 1g instance on the A100");
+}

@@ -491,6 +491,7 @@ fn profiles_start_where_the_rules_say() {
             "intel-sriov",
             "nvidia-h200",
             "nvidia-h100",
+            "nvidia-a100",
         ];
         assert_eq!(before.is_empty(), without.contains(name), "{name}");
         for parent in host.list_dir(&host.sys("class/mdev_bus")).expect("list") {

@@ -79,6 +79,10 @@ const PROFILES: &[(&str, &str)] = &[
         "one NVIDIA H100 PCIe (80 GB, Hopper; SR-IOV, vendor-specific VFIO, MIG-capable, VFs off)",
     ),
     (
+        "nvidia-a100",
+        "one NVIDIA A100 PCIe 80GB (Ampere, MIG; SR-IOV with an mdev parent per VF, VFs off)",
+    ),
+    (
         "qemu-vm",
         "the real-kernel suite's q35 VM: mtty, two std VGAs on bochs-drm (the console's, one with an e1000e function), a qxl sharing a group with edu",
     ),
@@ -97,6 +101,7 @@ const NAMES: &[&str] = &[
     "intel-sriov",
     "nvidia-h200",
     "nvidia-h100",
+    "nvidia-a100",
     "qemu-vm",
 ];
 
@@ -144,6 +149,7 @@ pub fn write_profile(name: &str, root: &Path) -> Result<(), SimError> {
         "intel-sriov" => intel::sriov(&tree),
         "nvidia-h200" => nvidia::h200(&tree),
         "nvidia-h100" => nvidia::h100(&tree),
+        "nvidia-a100" => nvidia::a100(&tree),
         _ => passthrough::write(&tree),
     }
 }

@@ -404,6 +404,23 @@ pub(super) fn h200(tree: &Tree) -> Result<(), SimError> {
     sriov_manage_standin(tree)
 }
 
+/// Writes `nvidia-a100`: an A100 PCIe 80GB (PCI 0x20b5, subsystem 0x1533 assumed), whose MIG
+/// mode change waits for a GPU reset as Ampere's does (the simulated driver's rule).
+pub(super) fn a100(tree: &Tree) -> Result<(), SimError> {
+    sriov_gpu(
+        tree,
+        &SriovGpu {
+            root_bus: 0x58,
+            numa: 0,
+            port_group: 90,
+            device: 0x20b5,
+            subsystem: 0x1533,
+            bar1_shift: 37,
+        },
+    )?;
+    sriov_manage_standin(tree)
+}
+
 /// Writes `nvidia-h100`.
 pub(super) fn h100(tree: &Tree) -> Result<(), SimError> {
     sriov_gpu(
