@@ -392,7 +392,9 @@ pub fn fbcon_framebuffer(facts: &ConsoleFacts, vc: u32) -> Option<(&Framebuffer,
 /// The function that draws the host's console, and why; `None` when none does (see the
 /// module doc for the rule).
 pub fn decide(facts: &ConsoleFacts) -> Option<Console> {
-    let tty = facts.foreground;
+    // tty0 means "the current console"; facts read from the host never say 0, but facts
+    // built by a caller may: it is tty1's.
+    let tty = facts.foreground.max(1);
     let boot_vga = || facts.boot_vga.clone();
     let Some(vts) = &facts.vtconsoles else {
         return boot_vga().map(|function| Console {
@@ -503,6 +505,19 @@ mod tests {
             "{}",
             c.reason
         );
+    }
+
+    #[test]
+    fn foreground_zero_is_tty1_not_an_underflow() {
+        // Found by the fuzz target: facts built by a caller with tty0 made `tty - 1` wrap.
+        let mut facts = fbcon_host(
+            vec![fb(0, "bochs-drmdrmfb", pci("0000:00:03.0"))],
+            Some("0000:00:03.0"),
+        );
+        facts.foreground = 0;
+        let c = decide(&facts).expect("a console");
+        assert_eq!(c.function, "0000:00:03.0");
+        assert!(matches!(c.reason, ConsoleReason::FbconFramebuffer { tty: 1, .. }));
     }
 
     #[test]
