@@ -327,6 +327,53 @@ async fn a_restart_keeps_devices_owners_and_active_state() {
 }
 
 #[tokio::test]
+async fn a_device_stopped_on_request_stays_stopped_across_a_restart_until_the_next_boot() {
+    let host = TestHost::new(PROFILES);
+    let bus = TestBus::start(Policy::Open);
+    let mut daemon = Daemon::start_args(&bus, &host, FAST).await;
+    let (_conn, m) = manager(&bus).await;
+    let (stopped, _) = m
+        .create_device("RTX6000-4Q", opts(&[("owner", "vm-s")]))
+        .await
+        .expect("create");
+    let (running, _) = m
+        .create_device("RTX6000-4Q", opts(&[("owner", "vm-r")]))
+        .await
+        .expect("create");
+    m.stop_device(&stopped, HashMap::new()).await.expect("stop");
+    daemon.stop();
+    // A restart of vgpud (not a boot): the operator's stop holds, the other device runs.
+    let mut daemon = Daemon::start_args(&bus, &host, FAST).await;
+    let (conn, m) = manager(&bus).await;
+    let active = |conn: zbus::Connection, uuid: String| async move {
+        device_proxy(&conn, &uuid)
+            .await
+            .active()
+            .await
+            .expect("Active")
+    };
+    assert!(
+        !active(conn.clone(), stopped.clone()).await,
+        "a device stopped with StopDevice is not started again by a restart"
+    );
+    assert!(active(conn.clone(), running.clone()).await);
+    // Started again, it is an autostart device like the others.
+    m.start_device(&stopped, HashMap::new())
+        .await
+        .expect("start");
+    m.stop_device(&stopped, HashMap::new()).await.expect("stop");
+    daemon.stop();
+    // A boot forgets the stop: autostart devices start.
+    host.reboot(PROFILES);
+    let _daemon = Daemon::start_args(&bus, &host, FAST).await;
+    let (conn, _m) = manager(&bus).await;
+    assert!(
+        active(conn.clone(), stopped.clone()).await,
+        "after a boot the autostart device starts"
+    );
+}
+
+#[tokio::test]
 async fn modify_device_writes_and_drops_the_definition() {
     let host = TestHost::new(&["mtty"]);
     let bus = TestBus::start(Policy::Open);

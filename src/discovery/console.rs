@@ -517,7 +517,10 @@ mod tests {
         facts.foreground = 0;
         let c = decide(&facts).expect("a console");
         assert_eq!(c.function, "0000:00:03.0");
-        assert!(matches!(c.reason, ConsoleReason::FbconFramebuffer { tty: 1, .. }));
+        assert!(matches!(
+            c.reason,
+            ConsoleReason::FbconFramebuffer { tty: 1, .. }
+        ));
     }
 
     #[test]

@@ -563,6 +563,7 @@ impl Engine {
             if info.kind == DeviceKind::SriovVgpu {
                 self.release_instance_of(&info.parent, &uuid);
             }
+            self.mark_stopped(&uuid, false);
             if let Err(e) = state::remove(&self.host, &uuid) {
                 // The intent stays open: the next start finishes the removal.
                 return Err(EngineError::persist(format!("forgetting {uuid}"), e));
@@ -601,6 +602,7 @@ impl Engine {
             return Err(EngineError::persist(format!("undefining {uuid}"), e));
         }
         self.close_intent(&uuid);
+        self.mark_stopped(&uuid, false);
         claim.finish(None);
         Ok(DeviceInfo {
             active: false,
@@ -621,6 +623,7 @@ impl Engine {
             )));
         }
         let started = self.start_defined(&info)?;
+        self.mark_stopped(&uuid, false);
         claim.finish(Some(started.clone()));
         Ok(started)
     }
@@ -770,6 +773,7 @@ impl Engine {
             let params = stopped.attributes.get(VGPU_PARAMS).cloned();
             self.write_record(&stopped, params)?;
             self.close_intent(&uuid);
+            self.mark_stopped(&uuid, true);
             claim.finish(Some(stopped.clone()));
             return Ok(stopped);
         }
@@ -791,8 +795,38 @@ impl Engine {
             attributes: self.definition_attrs(&info).into_iter().collect(),
             ..info
         };
+        self.mark_stopped(&uuid, true);
         claim.finish(Some(stopped.clone()));
         Ok(stopped)
+    }
+
+    /// Marks (or unmarks) a device as stopped by request until the next boot, below `run/`:
+    /// the restore of a restarted vgpud leaves it stopped, as `mdevctl stop` leaves an
+    /// autostart device stopped until the host boots again.
+    fn mark_stopped(&self, uuid: &str, stopped: bool) {
+        let dir = self.host.run(STOPPED);
+        let file = dir.join(uuid);
+        let done = if stopped {
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, b""))
+        } else {
+            match std::fs::remove_file(&file) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        };
+        if let Err(e) = done {
+            tracing::warn!(%uuid, path = %file.display(), error = %e, "could not keep whether the device was stopped on request");
+        }
+    }
+
+    /// The devices stopped on request since the boot (see [`Engine::mark_stopped`]).
+    pub(super) fn stopped_on_request(&self) -> std::collections::BTreeSet<String> {
+        self.host
+            .list_dir(&self.host.run(STOPPED))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|name| crate::model::normalize_uuid(&name).filter(|u| *u == name))
+            .collect()
     }
 
     /// Changes whether a device persists and autostarts.
@@ -950,6 +984,9 @@ fn record_of(info: &DeviceInfo, params: Option<String>) -> state::DeviceRecord {
 pub(super) fn attr_map(attrs: &[(String, String)]) -> BTreeMap<String, String> {
     attrs.iter().cloned().collect()
 }
+
+/// Where devices stopped on request are marked until the next boot, below `run/`.
+const STOPPED: &str = "vgpud/stopped";
 
 /// The NVIDIA type number of a vendor-VFIO type (`nvidia-1414` → 1414).
 fn sriov_type_number(ty: &MdevType) -> Option<u32> {

@@ -662,7 +662,14 @@ impl Engine {
         let mut report = RestoreReport::default();
         let mut missing: BTreeSet<String> = BTreeSet::new();
         let gpus = self.recorded_settings();
-        for step in plan_restore(&self.list_devices(), &gpus) {
+        // Devices stopped on request since the boot stay stopped across a restart of vgpud.
+        let stopped = self.stopped_on_request();
+        let devices: Vec<DeviceInfo> = self
+            .list_devices()
+            .into_iter()
+            .filter(|d| !stopped.contains(&d.uuid))
+            .collect();
+        for step in plan_restore(&devices, &gpus) {
             match step {
                 RestoreStep::SetVfCount { pf, count } => match self.apply_vf_count(&pf, count) {
                     Ok(_) => report.vf_counts.push((pf, count)),
@@ -773,10 +780,12 @@ impl Engine {
         // driver still registering its types, say) is tried again at every look until it
         // starts or stops being an autostart device of a present GPU.
         let retry = std::mem::take(&mut *lock(&self.autostart_pending));
+        let stopped = self.stopped_on_request();
         let inactive: Vec<DeviceInfo> = self
             .list_devices()
             .into_iter()
             .filter(|d| d.persistent && d.autostart && !d.active)
+            .filter(|d| !stopped.contains(&d.uuid))
             .collect();
         let waiting: Vec<(String, bool)> = {
             // Taken after the registry's lock is released: the registry's comes first.
