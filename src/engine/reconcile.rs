@@ -780,12 +780,12 @@ impl Engine {
         // driver still registering its types, say) is tried again at every look until it
         // starts or stops being an autostart device of a present GPU.
         let retry = std::mem::take(&mut *lock(&self.autostart_pending));
-        let stopped = self.stopped_on_request();
+        // (A GPU that appears starts its autostart devices also when one was stopped on
+        // request: to the device, its parent appearing is a boot, as for mdevctl's udev rule.)
         let inactive: Vec<DeviceInfo> = self
             .list_devices()
             .into_iter()
             .filter(|d| d.persistent && d.autostart && !d.active)
-            .filter(|d| !stopped.contains(&d.uuid))
             .collect();
         let waiting: Vec<(String, bool)> = {
             // Taken after the registry's lock is released: the registry's comes first.
