@@ -632,8 +632,8 @@ impl Engine {
     pub(super) fn start_defined(&self, info: &DeviceInfo) -> EngineResult<DeviceInfo> {
         if info.kind != DeviceKind::Mdev {
             let started = self.start_pci(info);
-            if info.kind == DeviceKind::SriovVgpu {
-                // Which GPU instance the vGPU went into (MIG) is NVML's to say.
+            // Which GPU instance a MIG-backed vGPU went into is NVML's to say.
+            if self.is_mig_backed(info) {
                 self.refresh_nvidia(&info.parent, false);
             }
             return started;
@@ -758,7 +758,7 @@ impl Engine {
         }
         if info.kind != DeviceKind::Mdev {
             self.release_pci(&info, true)?;
-            if info.kind == DeviceKind::SriovVgpu {
+            if self.is_mig_backed(&info) {
                 self.refresh_nvidia(&info.parent, false);
             }
             let stopped = DeviceInfo {
@@ -983,6 +983,15 @@ fn record_of(info: &DeviceInfo, params: Option<String>) -> state::DeviceRecord {
 /// Attributes as a map, for devices described from a definition.
 pub(super) fn attr_map(attrs: &[(String, String)]) -> BTreeMap<String, String> {
     attrs.iter().cloned().collect()
+}
+
+impl Engine {
+    /// Whether a device is an SR-IOV vGPU of a MIG-backed type (NVML's view of its GPU).
+    fn is_mig_backed(&self, info: &DeviceInfo) -> bool {
+        info.kind == DeviceKind::SriovVgpu
+            && crate::discovery::sriov::nvidia_type_number(&info.type_id)
+                .is_some_and(|n| self.mig_profile_of_type(&info.parent, n).is_some())
+    }
 }
 
 /// Where devices stopped on request are marked until the next boot, below `run/`.

@@ -510,11 +510,15 @@ impl Engine {
     /// The GPU-instance profile a vGPU type needs on `pf` (`None`: time-sliced, or NVML does
     /// not say).
     pub(super) fn mig_profile_of_type(&self, pf: &str, type_number: u32) -> Option<u32> {
-        self.nvidia_state(pf)?
-            .vgpu_types
-            .iter()
-            .find(|t| t.id == type_number)?
-            .gpu_instance_profile
+        self.with_gpu(pf, |g| {
+            g.nvidia
+                .as_ref()?
+                .vgpu_types
+                .iter()
+                .find(|t| t.id == type_number)?
+                .gpu_instance_profile
+        })
+        .flatten()
     }
 
     /// For a MIG-backed type on a GPU in MIG mode: how many more vGPUs of it the GPU's MIG
@@ -526,28 +530,7 @@ impl Engine {
         type_number: u32,
         create_instance: bool,
     ) -> Option<u32> {
-        let profile_id = self.mig_profile_of_type(pf, type_number)?;
-        let state = self.nvidia_state(pf)?;
-        if !state.mig.is_some_and(|m| m.current) {
-            return Some(0);
-        }
-        let free = state
-            .gpu_instances
-            .iter()
-            .filter(|v| v.instance.profile_id == profile_id && v.device.is_empty())
-            .count();
-        let more = if create_instance {
-            let instances: Vec<GpuInstance> =
-                state.gpu_instances.iter().map(|v| v.instance).collect();
-            state
-                .profiles
-                .iter()
-                .find(|p| p.id == profile_id)
-                .map_or(0, |p| room_for_more(p, &instances))
-        } else {
-            0
-        };
-        Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
+        mig_room_in(&self.nvidia_state(pf)?, type_number, create_instance)
     }
 
     /// Why a MIG-backed type has no room on `pf`.
@@ -735,6 +718,40 @@ impl Engine {
             )))
         }
     }
+}
+
+/// [`Engine::mig_room`] on a GPU's NVML view: `None` for a type that is not MIG-backed,
+/// 0 with MIG off, else the free instances of its profile plus, with `create_instance`, how
+/// many more the layout has room for.
+pub(super) fn mig_room_in(
+    state: &NvidiaState,
+    type_number: u32,
+    create_instance: bool,
+) -> Option<u32> {
+    let profile_id = state
+        .vgpu_types
+        .iter()
+        .find(|t| t.id == type_number)?
+        .gpu_instance_profile?;
+    if !state.mig.is_some_and(|m| m.current) {
+        return Some(0);
+    }
+    let free = state
+        .gpu_instances
+        .iter()
+        .filter(|v| v.instance.profile_id == profile_id && v.device.is_empty())
+        .count();
+    let more = if create_instance {
+        let instances: Vec<GpuInstance> = state.gpu_instances.iter().map(|v| v.instance).collect();
+        state
+            .profiles
+            .iter()
+            .find(|p| p.id == profile_id)
+            .map_or(0, |p| room_for_more(p, &instances))
+    } else {
+        0
+    };
+    Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
 }
 
 fn on_off(b: bool) -> &'static str {

@@ -466,9 +466,11 @@ impl Engine {
             // bounded by the free VFs.
             let free_vfs =
                 u32::try_from(states.iter().filter(|s| s.current == 0).count()).unwrap_or(u32::MAX);
+            let nvidia = gpu.nvidia.as_ref();
             for t in &mut types {
                 let room = discovery::sriov::nvidia_type_number(&t.id)
-                    .and_then(|n| self.mig_room(address, n, true));
+                    .zip(nvidia)
+                    .and_then(|(n, state)| mig::mig_room_in(state, n, true));
                 if let Some(room) = room {
                     t.available_instances = room.min(free_vfs);
                 }
