@@ -504,8 +504,17 @@ pub(crate) fn vfio_register(roots: &Roots, dev: &Path) -> io::Result<()> {
 /// Undoes [`vfio_register`]; the group node goes when no device of the group is registered.
 pub(crate) fn vfio_unregister(roots: &Roots, dev: &Path) -> io::Result<()> {
     let base = dev.join("vfio-dev");
+    let class = roots.sys.join("class/vfio-dev");
     for name in fsx::list(&base)? {
-        fsx::remove_quiet(&roots.sys.join("class/vfio-dev").join(&name))?;
+        // The number may be another device's by now, when this undoes a registration cut
+        // short before it was published (its class link made): leave that device's alone.
+        let link = class.join(&name);
+        if let Ok(to) = fs::read_link(&link) {
+            if to != fsx::relative(&class, &base.join(&name)) {
+                continue;
+            }
+        }
+        fsx::remove_quiet(&link)?;
         fsx::remove_quiet(&roots.dev.join("devices").join(&name))?;
     }
     fsx::remove_dir_quiet(&base)?;

@@ -273,6 +273,113 @@ pub(crate) fn list(path: &Path) -> io::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Names of the entries of a directory that are directories (links followed), sorted; empty
+/// when it does not exist. Uses the entries' types from the directory listing, so it costs no
+/// `stat` per entry where the file system reports them.
+pub(crate) fn list_dirs(path: &Path) -> io::Result<Vec<String>> {
+    let entries = match fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() || (kind.is_symlink() && entry.path().is_dir()) {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Reads a small file (an attribute) if it exists, in as few calls as the file allows: open,
+/// one read that comes back short (the end of a regular file), close.
+pub(crate) fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 256];
+    let mut len = 0;
+    loop {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    // Short: the end of the file (a regular file reads short only there).
+                    break;
+                }
+                buf.resize(buf.len() * 2, 0);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
+}
+
+/// What identifies one version of a file: device, inode, size, modification and change time.
+type FileKey = (u64, u64, u64, i64, i64, i64, i64);
+
+/// Texts of static attribute files read before, by path, with the version they were read from.
+static STATIC_TEXTS: std::sync::Mutex<
+    Option<std::collections::HashMap<PathBuf, (FileKey, String)>>,
+> = std::sync::Mutex::new(None);
+
+/// How many texts [`read_static`] keeps at most (a host has a few hundred type descriptions).
+const STATIC_TEXTS_MAX: usize = 4096;
+
+/// How long after its last change a file's text is not kept: longer than the file-system
+/// clock's granularity, so that any later change of the file shows in its times.
+const STATIC_SETTLE_NS: i128 = 100_000_000;
+
+/// [`read_opt`] for files that do not change while the kernel runs (a type's `description`,
+/// a device's `resource`): the text read last time is given back, for the cost of one `stat`,
+/// while the file is the same version (same device, inode, size, modification and change
+/// times). A text is only kept when the file's last change is older than the file-system
+/// clock's granularity, so that a change made later cannot leave the times as they were. A file
+/// replaced (a new inode), rewritten, touched or removed is read again.
+pub(crate) fn read_static(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(path).ok()?;
+    if !meta.is_file() {
+        return read_opt(path);
+    }
+    let key: FileKey = (
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    );
+    let mut cache = STATIC_TEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((k, text)) = cache.as_ref().and_then(|c| c.get(path)) {
+        if *k == key {
+            return Some(text.clone());
+        }
+    }
+    drop(cache);
+    let text = read_small(path)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    let last = ns(key.3, key.4).max(ns(key.5, key.6));
+    if now - last > STATIC_SETTLE_NS {
+        cache = STATIC_TEXTS.lock().unwrap_or_else(|p| p.into_inner());
+        let map = cache.get_or_insert_with(Default::default);
+        if map.len() >= STATIC_TEXTS_MAX {
+            map.clear();
+        }
+        map.insert(path.to_path_buf(), (key, text.clone()));
+    }
+    Some(text)
+}
+
 /// The basename of a link's target, if `path` is a link.
 pub(crate) fn link_basename(path: &Path) -> Option<String> {
     fs::read_link(path)
@@ -342,6 +449,34 @@ mod tests {
             assert_eq!(list(dir.path()).expect("list"), vec!["vgpu_params"]);
         }
         assert_eq!(fs::read_to_string(&p).expect("read"), "new");
+    }
+
+    #[test]
+    fn static_texts_follow_their_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("description");
+        fs::write(&p, "max_instance=24\n").expect("write");
+        // Too fresh to keep: read again, and seen at once after an in-place rewrite.
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=24\n"));
+        fs::write(&p, "max_instance=12\n").expect("rewrite");
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=12\n"));
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=12\n"));
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=12\n"));
+        // Replaced, rewritten or removed: read again.
+        write_atomic(&p, "max_instance=8\n", 0o444).expect("replace");
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=8\n"));
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=8\n"));
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).expect("chmod");
+        fs::write(&p, "max_instance=4\n").expect("rewrite");
+        assert_eq!(read_static(&p).as_deref(), Some("max_instance=4\n"));
+        fs::remove_file(&p).expect("rm");
+        assert_eq!(read_static(&p), None);
+        assert_eq!(read_small(&p), None);
+        let big = "x".repeat(1000);
+        fs::write(&p, &big).expect("big");
+        assert_eq!(read_small(&p).as_deref(), Some(big.as_str()));
     }
 
     #[test]

@@ -3,14 +3,34 @@
 //! side effects with many file operations inside the writing process, which can die between
 //! any two of them. Two things make the simulated write atomic again:
 //!
-//! - a lock every process working on the tree shares: `flock` on `ROOT/run/vgpud-simulator/lock`
-//!   (held for the whole operation, released by the kernel when the holder dies), inside a
-//!   process-wide mutex so threads serialize too (flock is per open file description);
-//! - a journal, `ROOT/run/vgpud-simulator/journal`, written before an operation's first side
-//!   effect and deleted after its last. Whoever takes the lock next and finds a journal finishes
-//!   the dead writer's job: a create is undone (the syscall never returned, so it never
-//!   happened), a remove is completed, a plain write loses its temporary file (the rename that
-//!   publishes the value is atomic).
+//! - locks every process working on the tree shares (all `flock`s, held for the whole operation
+//!   and released by the kernel when the holder dies; each taken on a file description of its
+//!   own, so threads of one process exclude each other as processes do):
+//!   - the tree's lock, `ROOT/run/vgpud-simulator/lock`, inside a process-wide reader-writer
+//!     lock: taken shared by an mdev `create` or `remove`, exclusive by every other write with
+//!     side effects (binding, `sriov_numvfs`, `current_vgpu_type`, plain attributes, the tools,
+//!     the profiles) and by [`super::Simulator::recover`];
+//!   - under the shared tree lock, the lock of the mdev parent (the directory itself; for an
+//!     SR-IOV VF its PF's, whose VFs share one budget), the counterpart of mdev_core's
+//!     per-parent lock: creates and removes on different parents run in parallel, on one
+//!     parent one after the other;
+//!   - under a parent's lock, for the short parts of a create or remove that touch what all
+//!     devices share (UUIDs on the bus, IOMMU group and vfio device numbers, the bus and driver
+//!     directories), the bus lock: `flock` on the directory `ROOT/run/vgpud-simulator`. The
+//!     order is always tree, parent, bus; a parent's lock is only ever tried (never waited
+//!     for) by a holder of the bus lock;
+//! - a journal written before an operation's first side effect and deleted after its last: an
+//!   mdev create or remove writes one per parent lock, `ROOT/run/vgpud-simulator/journal.<key>`
+//!   (the key: the path of the locked directory below `sys`, `%`-escaped), every other write the
+//!   tree's, `ROOT/run/vgpud-simulator/journal`. Whoever takes a lock next and finds a journal
+//!   finishes the dead writer's job: a create is undone (the syscall never returned, so it
+//!   never happened), a remove is completed, a plain write loses its temporary file (the rename
+//!   that publishes the value is atomic). The holder of a parent's lock finishes that parent's
+//!   journal; the holder of the bus lock, before it allocates anything, every parent journal
+//!   whose lock it gets at once (a journal whose lock is held belongs to a live writer, or to a
+//!   dead one that the holder is about to finish: its UUID counts as taken); the holder of the
+//!   tree's lock exclusive every journal there is. A shared taker that finds the tree's journal
+//!   takes the lock exclusive first, to finish it.
 //!
 //! The journal is text, one `key=value` per line, between a header and an `end` line:
 //!
@@ -55,7 +75,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -72,23 +92,40 @@ pub(crate) const JOURNAL_FILE: &str = "journal";
 const HEADER: &str = "vgpud-simulator journal 1";
 const END: &str = "end";
 
-/// The kernel's mdev lock within this process: the threads of a process (and the simulators it
-/// holds, whatever tree they work on) take it before the file lock, so one thread at a time
-/// waits on the file and operations never interleave inside a process.
-static MDEV_LOCK: Mutex<()> = Mutex::new(());
+/// The tree lock within this process: the threads of a process (and the simulators it holds,
+/// whatever tree they work on) take it, in the same mode, before the file lock, so writers
+/// that exclude each other wait here rather than on the file.
+static TREE_LOCK: RwLock<()> = RwLock::new(());
 
-/// Both locks, held until dropped.
-pub(crate) struct Guard {
-    // Field order is drop order: the file lock goes before the mutex.
-    _flock: Flock<File>,
-    _mutex: MutexGuard<'static, ()>,
+/// The process-wide half of a tree lock (held only to be dropped).
+#[allow(dead_code)]
+enum Held {
+    Shared(RwLockReadGuard<'static, ()>),
+    Exclusive(RwLockWriteGuard<'static, ()>),
 }
 
-/// Takes the process-wide mutex, then an exclusive `flock` on `state_dir/lock` (both created if
-/// missing). A lock file deleted and re-created meanwhile (a simulated reboot removes `run/`)
-/// is noticed by comparing inodes, and locked again.
+/// Both tree locks, held until dropped.
+pub(crate) struct Guard {
+    // Field order is drop order: the file lock goes before the process lock.
+    _flock: Flock<File>,
+    _held: Held,
+}
+
+/// Takes the tree's lock exclusive: the process-wide lock, then `flock` on `state_dir/lock`
+/// (both created if missing). A lock file deleted and re-created meanwhile (a simulated reboot
+/// removes `run/`) is noticed by comparing inodes, and locked again.
 pub(crate) fn lock(state_dir: &Path) -> io::Result<Guard> {
-    let mutex = MDEV_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    let held = Held::Exclusive(TREE_LOCK.write().unwrap_or_else(PoisonError::into_inner));
+    lock_file(state_dir, held, FlockArg::LockExclusive)
+}
+
+/// Takes the tree's lock shared (see [`lock`]).
+pub(crate) fn lock_shared(state_dir: &Path) -> io::Result<Guard> {
+    let held = Held::Shared(TREE_LOCK.read().unwrap_or_else(PoisonError::into_inner));
+    lock_file(state_dir, held, FlockArg::LockShared)
+}
+
+fn lock_file(state_dir: &Path, held: Held, mode: FlockArg) -> io::Result<Guard> {
     let path = state_dir.join(LOCK_FILE);
     let mut tries = 0;
     loop {
@@ -99,30 +136,94 @@ pub(crate) fn lock(state_dir: &Path) -> io::Result<Guard> {
             .create(true)
             .truncate(false)
             .open(&path)?;
-        let flock = flock_exclusive(file)?;
-        let held = flock.metadata()?;
+        let flock = flock_wait(file, mode)?;
+        let meta = flock.metadata()?;
         let same = fs::metadata(&path)
-            .map(|m| m.dev() == held.dev() && m.ino() == held.ino())
+            .map(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
             .unwrap_or(false);
         tries += 1;
         if same || tries >= 16 {
             return Ok(Guard {
                 _flock: flock,
-                _mutex: mutex,
+                _held: held,
             });
         }
     }
 }
 
-/// `flock(LOCK_EX)`, waiting as long as it takes; retried when a signal interrupts the wait.
-fn flock_exclusive(mut file: File) -> io::Result<Flock<File>> {
+/// `flock` in `mode`, waiting as long as it takes; retried when a signal interrupts the wait.
+fn flock_wait(mut file: File, mode: FlockArg) -> io::Result<Flock<File>> {
     loop {
-        match Flock::lock(file, FlockArg::LockExclusive) {
+        match Flock::lock(file, mode) {
             Ok(l) => return Ok(l),
             Err((f, Errno::EINTR)) => file = f,
             Err((_, e)) => return Err(io::Error::from(e)),
         }
     }
+}
+
+/// An mdev parent's lock (see the module doc), held until dropped.
+pub(crate) struct DirLock {
+    _flock: Flock<File>,
+}
+
+/// Takes the exclusive `flock` of directory `dir`, waiting for it.
+pub(crate) fn lock_dir(dir: &Path) -> io::Result<DirLock> {
+    let file = File::open(dir)?;
+    Ok(DirLock {
+        _flock: flock_wait(file, FlockArg::LockExclusive)?,
+    })
+}
+
+/// Takes the exclusive `flock` of directory `dir` if nobody holds it; `None` if somebody does
+/// (or the directory is gone).
+pub(crate) fn try_lock_dir(dir: &Path) -> io::Result<Option<DirLock>> {
+    let file = match File::open(dir) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(Some(DirLock { _flock: l })),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(io::Error::from(e)),
+    }
+}
+
+thread_local! {
+    /// How many [`BusLock`]s this thread holds (the bus lock is re-entrant within a thread).
+    static BUS_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The bus lock (see the module doc), held until dropped; re-entrant within a thread.
+pub(crate) struct BusLock {
+    flock: Option<Flock<File>>,
+}
+
+impl BusLock {
+    /// Whether this is the thread's outermost hold (the one that swept the journals).
+    pub(crate) fn is_outermost(&self) -> bool {
+        self.flock.is_some()
+    }
+}
+
+impl Drop for BusLock {
+    fn drop(&mut self) {
+        BUS_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        // The flock goes with `self.flock`.
+    }
+}
+
+/// Takes the bus lock of the tree whose state directory is `state_dir`.
+pub(crate) fn lock_bus(state_dir: &Path) -> io::Result<BusLock> {
+    if BUS_DEPTH.with(std::cell::Cell::get) > 0 {
+        BUS_DEPTH.with(|d| d.set(d.get() + 1));
+        return Ok(BusLock { flock: None });
+    }
+    fs::create_dir_all(state_dir)?;
+    let flock = flock_wait(File::open(state_dir)?, FlockArg::LockExclusive)?;
+    BUS_DEPTH.with(|d| d.set(1));
+    Ok(BusLock { flock: Some(flock) })
 }
 
 /// What the journal says is in flight.
@@ -368,23 +469,47 @@ impl Entry {
     }
 }
 
-/// Where the journal of a tree is.
-fn journal_path(state_dir: &Path) -> PathBuf {
+/// Where the tree's journal is.
+pub(crate) fn tree_journal(state_dir: &Path) -> PathBuf {
     state_dir.join(JOURNAL_FILE)
 }
 
-/// Writes the journal: the operation may start its side effects once this returns.
-pub(crate) fn begin(state_dir: &Path, sys: &Path, entry: &Entry) -> io::Result<()> {
+/// Where the journal of the parent lock on `dir` (below `sys`) is.
+pub(crate) fn parent_journal(state_dir: &Path, sys: &Path, dir: &Path) -> PathBuf {
+    let rel = dir.strip_prefix(sys).unwrap_or(dir).to_string_lossy();
+    let mut key = String::with_capacity(rel.len());
+    for c in rel.chars() {
+        match c {
+            '%' => key.push_str("%25"),
+            '/' => key.push_str("%2F"),
+            c => key.push(c),
+        }
+    }
+    state_dir.join(format!("{JOURNAL_FILE}.{key}"))
+}
+
+/// The parent journals there are.
+pub(crate) fn parent_journals(state_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let prefix = format!("{JOURNAL_FILE}.");
+    Ok(fsx::list(state_dir)?
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix) && !n.starts_with(&format!("{prefix}vgpud-")))
+        .map(|n| state_dir.join(n))
+        .collect())
+}
+
+/// Writes the journal `path`: the operation may start its side effects once this returns.
+pub(crate) fn begin(path: &Path, sys: &Path, entry: &Entry) -> io::Result<()> {
     let text = entry.render(sys)?;
     fsx::step()?;
-    fs::write(journal_path(state_dir), text)?;
+    fs::write(path, text)?;
     fsx::step()
 }
 
-/// Deletes the journal: the operation is complete.
-pub(crate) fn end(state_dir: &Path) -> io::Result<()> {
+/// Deletes the journal `path`: the operation is complete.
+pub(crate) fn end(path: &Path) -> io::Result<()> {
     fsx::step()?;
-    fsx::remove_quiet(&journal_path(state_dir))
+    fsx::remove_quiet(path)
 }
 
 /// What the journal holds: nothing, a record to finish, or a torn record to drop.
@@ -394,9 +519,9 @@ pub(crate) enum Pending {
     Entry(Box<Entry>),
 }
 
-/// Reads the journal, if there is one.
-pub(crate) fn pending(state_dir: &Path, sys: &Path) -> io::Result<Pending> {
-    match fs::read_to_string(journal_path(state_dir)) {
+/// Reads the journal `path`, if there is one.
+pub(crate) fn pending(path: &Path, sys: &Path) -> io::Result<Pending> {
+    match fs::read_to_string(path) {
         Ok(text) => Ok(match Entry::parse(&text, sys) {
             Some(e) => Pending::Entry(Box::new(e)),
             None => Pending::Torn,
@@ -408,9 +533,9 @@ pub(crate) fn pending(state_dir: &Path, sys: &Path) -> io::Result<Pending> {
     }
 }
 
-/// Whether a journal file exists (cheap check before parsing).
-pub(crate) fn exists(state_dir: &Path) -> bool {
-    fsx::exists_nofollow(&journal_path(state_dir))
+/// Whether the journal `path` exists (cheap check before parsing).
+pub(crate) fn exists(path: &Path) -> bool {
+    fsx::exists_nofollow(path)
 }
 
 #[cfg(test)]

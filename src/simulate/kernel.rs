@@ -10,7 +10,7 @@ use nix::errno::Errno;
 
 use super::fsx::{self, errno};
 use super::journal::{self, Entry, Op, Pending};
-use super::rules::{self, Change, Vendor};
+use super::rules::{self, Change, Rules, Vendor};
 use super::{binding, vgpu};
 use crate::model::normalize_uuid;
 
@@ -18,22 +18,136 @@ use crate::model::normalize_uuid;
 const UUID_STRING_LEN: usize = 36;
 
 /// Where the simulated host keeps its trees: the canonical `sys`, the vfio group nodes
-/// (`dev/vfio`), and the simulator's lock and journal (`run/vgpud-simulator`).
+/// (`dev/vfio`), and the simulator's locks and journals (`run/vgpud-simulator`); and how the
+/// operation at hand holds the tree: exclusive (the tree's journal), or shared under a
+/// parent's lock (that parent's journal, and the bus lock for what all devices share).
+#[derive(Clone)]
 pub(crate) struct Roots {
     pub(crate) sys: PathBuf,
     pub(crate) dev: PathBuf,
     pub(crate) state: PathBuf,
+    /// The journal of the operation at hand.
+    pub(crate) journal: PathBuf,
+    /// Whether the tree's lock is held shared (see `journal.rs`).
+    pub(crate) shared: bool,
 }
 
 impl Roots {
-    /// The roots of the host at `root`; fails when `root/sys` does not exist.
+    /// The roots of the host at `root`, for an operation holding the tree exclusive; fails
+    /// when `root/sys` does not exist.
     pub(crate) fn new(root: &Path) -> io::Result<Roots> {
+        let state = root.join(journal::STATE_DIR);
         Ok(Roots {
             sys: fs::canonicalize(root.join("sys"))?,
             dev: root.join("dev/vfio"),
-            state: root.join(journal::STATE_DIR),
+            journal: journal::tree_journal(&state),
+            state,
+            shared: false,
         })
     }
+
+    /// The roots for an operation holding the tree shared.
+    pub(crate) fn shared(mut self) -> Roots {
+        self.shared = true;
+        self
+    }
+
+    /// These roots with the journal of the parent lock on `dir`.
+    fn for_parent(&self, dir: &Path) -> Roots {
+        Roots {
+            journal: journal::parent_journal(&self.state, &self.sys, dir),
+            ..self.clone()
+        }
+    }
+}
+
+/// The directory whose lock an mdev operation on `parent` takes: an SR-IOV VF's PF (its VFs
+/// share one budget), else the parent itself.
+fn lock_dir_of(parent: &Path) -> PathBuf {
+    binding::physfn(parent).unwrap_or_else(|| parent.to_path_buf())
+}
+
+/// What an mdev operation holds of `parent`: under the shared tree lock, the parent's lock,
+/// with the roots whose journal is the parent's, a journal a dead writer left there finished
+/// first; under the exclusive one, nothing more (the tree's journal).
+struct ParentHold {
+    roots: Roots,
+    _lock: Option<journal::DirLock>,
+}
+
+fn hold_parent(roots: &Roots, parent: &Path) -> io::Result<ParentHold> {
+    if !roots.shared {
+        return Ok(ParentHold {
+            roots: roots.clone(),
+            _lock: None,
+        });
+    }
+    let dir = lock_dir_of(parent);
+    let lock = journal::lock_dir(&dir)?;
+    let roots = roots.for_parent(&dir);
+    if journal::exists(&roots.journal) {
+        recover(&roots)?;
+    }
+    Ok(ParentHold {
+        roots,
+        _lock: Some(lock),
+    })
+}
+
+/// What the holder of the bus lock learnt of the operations in flight on other parents.
+#[derive(Default)]
+struct InFlight {
+    /// UUIDs and IOMMU groups named by the journals of live writers (or of dead ones whose
+    /// parent another thread is about to recover).
+    uuids: Vec<String>,
+    groups: Vec<String>,
+}
+
+/// Takes the bus lock (under the shared tree lock; nothing under the exclusive one) and, on
+/// the thread's outermost hold, finishes every other parent's journal whose lock it gets at
+/// once: a journal is only begun under the bus lock, so one found there whose parent's lock is
+/// free was left by a dead writer.
+fn hold_bus(roots: &Roots) -> io::Result<(Option<journal::BusLock>, InFlight)> {
+    let mut in_flight = InFlight::default();
+    if !roots.shared {
+        return Ok((None, in_flight));
+    }
+    let bus = journal::lock_bus(&roots.state)?;
+    if !bus.is_outermost() {
+        return Ok((Some(bus), in_flight));
+    }
+    for path in journal::parent_journals(&roots.state)? {
+        if path == roots.journal {
+            continue;
+        }
+        let entry = match journal::pending(&path, &roots.sys)? {
+            Pending::None => continue,
+            // Cut short while being written (under the bus lock, so by a dead writer).
+            Pending::Torn => {
+                journal::end(&path)?;
+                continue;
+            }
+            Pending::Entry(e) => e,
+        };
+        let dir = lock_dir_of(&entry.parent);
+        let other = Roots {
+            journal: path.clone(),
+            ..roots.clone()
+        };
+        if !fsx::exists_nofollow(&dir) {
+            // The parent is gone: nobody can hold its lock.
+            recover(&other)?;
+            continue;
+        }
+        match journal::try_lock_dir(&dir)? {
+            Some(_lock) => recover(&other)?,
+            None => {
+                in_flight.uuids.push(entry.uuid.clone());
+                in_flight.groups.extend(entry.group.clone());
+            }
+        }
+    }
+    Ok((Some(bus), in_flight))
 }
 
 /// Runs `apply`, an operation whose journal `entry` is written, to its end: on success the
@@ -47,12 +161,12 @@ pub(crate) fn journaled(
     keep_going: bool,
     apply: impl FnOnce() -> io::Result<()>,
 ) -> io::Result<()> {
-    journal::begin(&roots.state, &roots.sys, entry)?;
+    journal::begin(&roots.journal, &roots.sys, entry)?;
     match apply() {
-        Ok(()) => journal::end(&roots.state),
+        Ok(()) => journal::end(&roots.journal),
         Err(e) if fsx::is_crash(&e) => Err(e),
         Err(e) => {
-            let finished = finish(roots, entry).and_then(|()| journal::end(&roots.state));
+            let finished = finish(roots, entry).and_then(|()| journal::end(&roots.journal));
             match finished {
                 Ok(()) if keep_going => Ok(()),
                 // The error that stopped the operation is what counts; if finishing failed too,
@@ -79,22 +193,31 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
         .and_then(Path::parent)
         .ok_or_else(|| errno(Errno::EINVAL))?
         .to_path_buf();
+    let hold = hold_parent(roots, &parent)?;
+    let roots = &hold.roots;
     let bus_link = roots.sys.join("bus/mdev/devices").join(&uuid);
     let dev_dir = parent.join(&uuid);
     if fsx::exists_nofollow(&bus_link) || fsx::exists_nofollow(&dev_dir) {
         return Err(errno(Errno::EEXIST));
     }
     let vendor = Vendor::of(&parent)?;
-    if rules::available(&parent, &vendor, &type_id)? == 0 {
+    // The parent's types and figures, read once: the capacity now, and the counts after.
+    let mut rules = Rules::read(&parent, &vendor)?;
+    if rules.available(&type_id) == 0 {
         return Err(errno(vendor.no_capacity()));
     }
-
-    let group = free_group(&roots.sys.join("kernel/iommu_groups"))?;
     let mut entry = Entry::device(Op::Create, &uuid, &parent);
     entry.type_id = Some(type_id.clone());
-    entry.group = Some(group.to_string());
     entry.driver = Some(vendor.mdev_driver().to_string());
-    entry.avail = rules::counters(&parent, &vendor)?;
+    entry.avail = rules.counters();
+
+    let (bus, in_flight) = hold_bus(roots)?;
+    // Another parent may have made the UUID since the first look.
+    if fsx::exists_nofollow(&bus_link) || in_flight.uuids.contains(&uuid) {
+        return Err(errno(Errno::EEXIST));
+    }
+    let group = free_group(&roots.sys.join("kernel/iommu_groups"), &in_flight.groups)?;
+    entry.group = Some(group.to_string());
     // Directories a tree may lack, which the create makes and an undo must take away again.
     for dir in [
         roots
@@ -109,9 +232,13 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
     ] {
         missing_dirs(&dir, &mut entry.made);
     }
+    let mut bus = bus;
     journaled(roots, &entry, false, || {
         build(roots, &parent, type_dir, &type_id, &uuid, &vendor, group)?;
-        rules::refresh(&parent, &vendor, Change::Created)?;
+        // What all devices share is done with: other parents may go on.
+        drop(bus.take());
+        rules.apply(&type_id, Change::Created);
+        rules.store(Change::Created)?;
         refresh_siblings(&parent)
     })
 }
@@ -220,10 +347,12 @@ pub(crate) fn missing_dirs(dir: &Path, made: &mut Vec<PathBuf>) {
     made.extend(missing.into_iter().rev());
 }
 
-/// The lowest unused IOMMU group number (the kernel allocates groups with an IDA).
-fn free_group(groups: &Path) -> io::Result<u32> {
+/// The lowest unused IOMMU group number (the kernel allocates groups with an IDA), not one of
+/// `taken` (named by operations in flight).
+fn free_group(groups: &Path, taken: &[String]) -> io::Result<u32> {
     let used: BTreeSet<u32> = fsx::list(groups)?
         .iter()
+        .chain(taken)
         .filter_map(|n| n.parse().ok())
         .collect();
     (0..=u32::MAX)
@@ -237,15 +366,27 @@ pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<(
         return Ok(());
     }
     let parent = dev_dir.parent().ok_or_else(|| errno(Errno::EINVAL))?;
+    let hold = hold_parent(roots, parent)?;
+    let roots = &hold.roots;
+    if !fsx::exists_nofollow(&dev_dir.join("mdev_type")) {
+        // Gone with the recovery of a create its writer did not finish.
+        return Err(errno(Errno::ENOENT));
+    }
     let vendor = Vendor::of(parent)?;
+    let mut rules = Rules::read(parent, &vendor)?;
     let mut entry = Entry::device(Op::Remove, &name_of(dev_dir)?, parent);
     entry.type_id = fsx::link_basename(&dev_dir.join("mdev_type"));
     entry.group = fsx::link_basename(&dev_dir.join("iommu_group"));
     entry.driver = fsx::link_basename(&dev_dir.join("driver"));
-    entry.avail = rules::counters(parent, &vendor)?;
+    entry.avail = rules.counters();
+    let (mut bus, _) = hold_bus(roots)?;
     journaled(roots, &entry, true, || {
         teardown(roots, &entry)?;
-        rules::refresh(parent, &vendor, Change::Removed)?;
+        drop(bus.take());
+        if let Some(t) = &entry.type_id {
+            rules.apply(t, Change::Removed);
+        }
+        rules.store(Change::Removed)?;
         refresh_siblings(parent)
     })
 }
@@ -318,6 +459,7 @@ fn finish(roots: &Roots, entry: &Entry) -> io::Result<()> {
             None => Ok(()),
         },
         Op::Create | Op::Remove => {
+            let _bus = hold_bus(roots)?;
             teardown(roots, entry)?;
             for dir in entry.made.iter().rev() {
                 fsx::remove_empty_dir(dir)?;
@@ -353,16 +495,28 @@ fn settle_siblings(parent: &Path, pid: u32) -> io::Result<()> {
     refresh_siblings(parent)
 }
 
-/// Finishes the operation the journal of the tree names, if any, and deletes the journal.
-/// Called with the simulator's lock held, before anything else touches the tree.
+/// Finishes the operation the journal of `roots` names, if any, and deletes the journal.
+/// Called with the journal's lock held, before anything else touches what it covers.
 pub(crate) fn recover(roots: &Roots) -> io::Result<()> {
-    match journal::pending(&roots.state, &roots.sys)? {
+    match journal::pending(&roots.journal, &roots.sys)? {
         Pending::None => return Ok(()),
         // Cut short while being written: no side effect had started.
         Pending::Torn => {}
         Pending::Entry(entry) => finish(roots, &entry)?,
     }
-    journal::end(&roots.state)
+    journal::end(&roots.journal)
+}
+
+/// Finishes every operation a dead writer left, the tree's journal and every parent's; called
+/// with the tree's lock held exclusive.
+pub(crate) fn recover_all(roots: &Roots) -> io::Result<()> {
+    for path in journal::parent_journals(&roots.state)? {
+        recover(&Roots {
+            journal: path,
+            ..roots.clone()
+        })?;
+    }
+    recover(roots)
 }
 
 fn name_of(path: &Path) -> io::Result<String> {

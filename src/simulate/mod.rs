@@ -4,13 +4,19 @@
 //!
 //! The simulator keeps no state: every decision is derived from the tree, so it works on any
 //! tree with the real layout (a profile, a copy of a real host's sysfs, a tree another process
-//! changed). Side effects are serialized by a lock shared by every process working on the tree
-//! (`flock` on `ROOT/run/vgpud-simulator/lock`, inside a process-wide mutex), the counterpart
-//! of the kernel's mdev lock.
+//! changed). The only thing kept between writes is the text of static attribute files (a type's
+//! `description`), given back only while the file is provably the one it was read from (see
+//! `fsx::read_static`). Side effects are serialized by locks shared by every process working on
+//! the tree (`flock`s below `ROOT/run/vgpud-simulator`, see `journal.rs`), the counterparts of
+//! the kernel's: mdev creates and removes hold the tree's lock shared and their parent's lock
+//! (mdev_core's per-parent lock), so those on different parents run in parallel, and take a
+//! short bus lock for what all devices share (UUIDs, IOMMU group and vfio numbers); every other
+//! write with side effects holds the tree's lock exclusive.
 //!
 //! A simulated write is atomic like a syscall, even when the writing process is killed in the
-//! middle of its side effects: a journal (`ROOT/run/vgpud-simulator/journal`, see
-//! `journal.rs`) names the operation in flight, and whoever takes the lock next (any write, or
+//! middle of its side effects: a journal (`ROOT/run/vgpud-simulator/journal`, or
+//! `journal.<parent>` for an mdev create or remove, see `journal.rs`) names the operation in
+//! flight, and whoever takes its lock next (any write to the tree, or to that parent, or
 //! [`Simulator::recover`] at start-up) undoes a create, completes a remove, or drops a plain
 //! write's temporary file, then recomputes the parent's `available_instances`.
 //!
@@ -138,6 +144,9 @@ impl Simulator {
     /// operation a killed writer left half-done (see [`Simulator::recover`]).
     pub fn write(&self, host: &Host, path: &Path, value: &str) -> io::Result<()> {
         let root = host.root();
+        if let Some(done) = write_mdev_shared(root, path, value)? {
+            return done;
+        }
         let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
         recover_locked(root)?;
         let roots = kernel::Roots::new(root)?;
@@ -216,16 +225,47 @@ impl Simulator {
     }
 }
 
-/// [`Simulator::recover`] with the lock held. A journal left on a root without `sys` (the tree
-/// it spoke of is gone) is dropped.
+/// An mdev `create` or `remove` under the tree's lock taken shared (and the parent's, see
+/// `journal.rs`): `None` when `path` is something else, or cannot be resolved before the
+/// journals are finished, or the tree's journal needs finishing (the caller then takes the
+/// lock exclusive); else the write's result.
+fn write_mdev_shared(root: &Path, path: &Path, value: &str) -> io::Result<Option<io::Result<()>>> {
+    let state = root.join(journal::STATE_DIR);
+    let _guard = journal::lock_shared(&state)?;
+    if journal::exists(&journal::tree_journal(&state)) {
+        return Ok(None);
+    }
+    let Ok(roots) = kernel::Roots::new(root) else {
+        return Ok(None);
+    };
+    let Ok(resolved) = fs::canonicalize(path) else {
+        return Ok(None);
+    };
+    let roots = roots.shared();
+    Ok(match classify(&roots, resolved) {
+        Target::Create(type_dir) => Some(kernel::create(&roots, &type_dir, value)),
+        Target::Remove(dev_dir) => Some(kernel::remove(&roots, &dev_dir, value)),
+        _ => None,
+    })
+}
+
+/// [`Simulator::recover`] with the lock held exclusive: every journal is finished. Journals
+/// left on a root without `sys` (the tree they spoke of is gone) are dropped.
 pub(crate) fn recover_locked(root: &Path) -> io::Result<()> {
     let state = root.join(journal::STATE_DIR);
-    if !journal::exists(&state) {
+    let parents = journal::parent_journals(&state)?;
+    let tree = journal::tree_journal(&state);
+    if parents.is_empty() && !journal::exists(&tree) {
         return Ok(());
     }
     match kernel::Roots::new(root) {
-        Ok(roots) => kernel::recover(&roots),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => journal::end(&state),
+        Ok(roots) => kernel::recover_all(&roots),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            for p in parents {
+                journal::end(&p)?;
+            }
+            journal::end(&tree)
+        }
         Err(e) => Err(e),
     }
 }

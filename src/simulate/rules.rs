@@ -1,5 +1,11 @@
 //! The vendor rules behind `available_instances`, derived from the tree every time: the devices
-//! that exist (`<type>/devices/` entries) and the type and parent attributes. Nothing is cached.
+//! that exist (the parent's device directories and their `mdev_type` links, which name the same
+//! devices as the `<type>/devices/` entries once an operation is complete) and the type and
+//! parent attributes. An operation reads them once ([`Rules::read`]) and computes the values
+//! before and after its change from that reading. The only thing kept between operations is
+//! the text of static attribute files (`description`, a GVT-g parent's `resource`), by
+//! [`fsx::read_static`], which gives it back only while the file is the very file it was read
+//! from (device, inode, size, modification and change times) and was not changed recently.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -74,17 +80,31 @@ pub(crate) struct TypeState {
     pub(crate) count: u32,
 }
 
-/// The types of `parent` with their device counts (entries of `<type>/devices/`).
+/// The types of `parent` with their device counts: the parent's device directories (named by
+/// a UUID) each count for the type their `mdev_type` link names.
 pub(crate) fn types(parent: &Path) -> io::Result<Vec<TypeState>> {
     let base = parent.join("mdev_supported_types");
-    let mut out = Vec::new();
-    for id in fsx::list(&base)? {
-        let dir = base.join(&id);
-        if !dir.is_dir() {
+    let mut out: Vec<TypeState> = fsx::list_dirs(&base)?
+        .into_iter()
+        .map(|id| TypeState {
+            dir: base.join(&id),
+            id,
+            count: 0,
+        })
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    for child in fsx::list_dirs(parent)? {
+        if crate::model::normalize_uuid(&child).is_none() {
             continue;
         }
-        let count = u32::try_from(fsx::list(&dir.join("devices"))?.len()).unwrap_or(u32::MAX);
-        out.push(TypeState { id, dir, count });
+        let Some(type_id) = fsx::link_basename(&parent.join(&child).join("mdev_type")) else {
+            continue;
+        };
+        if let Some(t) = out.iter_mut().find(|t| t.id == type_id) {
+            t.count = t.count.saturating_add(1);
+        }
     }
     Ok(out)
 }
@@ -100,54 +120,161 @@ pub(crate) enum Change {
     Removed,
 }
 
+/// What the rule of a parent's vendor needs, read once from the tree: the types with their
+/// device counts and figures. [`Rules::values`] computes from it alone, so an operation can
+/// tell the values before and after its change without reading the tree again.
+pub(crate) struct Rules {
+    /// `<parent>/mdev_supported_types`.
+    base: PathBuf,
+    pub(crate) types: Vec<TypeState>,
+    kind: Kind,
+}
+
+enum Kind {
+    Nvidia {
+        figures: Vec<Option<(u64, u32)>>,
+        /// An SR-IOV VF parent: the framebuffer sizes of the vGPUs on every VF of its PF.
+        pf_used: Option<Vec<Option<u64>>>,
+    },
+    Gvtg {
+        aperture: Option<i64>,
+        figures: Vec<Option<(i64, i64, i64)>>,
+    },
+    Mtty,
+    Other,
+}
+
+impl Rules {
+    /// Reads the types of `parent` and what its vendor's rule needs of them.
+    pub(crate) fn read(parent: &Path, vendor: &Vendor) -> io::Result<Rules> {
+        let types = types(parent)?;
+        let kind = match vendor {
+            Vendor::Nvidia => {
+                let pf_used = if fsx::exists_nofollow(&parent.join("physfn")) {
+                    Some(
+                        std::fs::canonicalize(parent.join("physfn"))
+                            .map(|pf| pf_mdev_vgpus(&pf))
+                            .unwrap_or_default(),
+                    )
+                } else {
+                    None
+                };
+                Kind::Nvidia {
+                    figures: types.iter().map(nvidia_figures).collect(),
+                    pf_used,
+                }
+            }
+            Vendor::Gvtg => Kind::Gvtg {
+                aperture: gvtg_aperture_mib(parent).and_then(|a| i64::try_from(a).ok()),
+                figures: types.iter().map(gvtg_figures).collect(),
+            },
+            Vendor::Mtty => Kind::Mtty,
+            Vendor::Other(_) => Kind::Other,
+        };
+        Ok(Rules {
+            base: parent.join("mdev_supported_types"),
+            types,
+            kind,
+        })
+    }
+
+    /// `available_instances` of every type under the rule, in the order of `types`; `None`
+    /// where the rule cannot tell (unknown vendor, or a type whose figures are nowhere).
+    pub(crate) fn values(&self) -> Vec<Option<u32>> {
+        match &self.kind {
+            Kind::Nvidia { figures, pf_used } => nvidia(&self.types, figures, pf_used.as_deref()),
+            Kind::Gvtg { aperture, figures } => gvtg(&self.types, *aperture, figures),
+            Kind::Mtty => mtty(&self.types),
+            Kind::Other => vec![None; self.types.len()],
+        }
+    }
+
+    /// The capacity of one type now: the rule's value, or the file's where the rule cannot
+    /// tell.
+    pub(crate) fn available(&self, type_id: &str) -> u32 {
+        let values = self.values();
+        match self.types.iter().position(|t| t.id == type_id) {
+            Some(i) => values[i].unwrap_or_else(|| read_available(&self.types[i].dir)),
+            None => read_available(&self.base.join(type_id)),
+        }
+    }
+
+    /// One device of `type_id` more (`Change::Created`) or less (`Change::Removed`): the
+    /// counts as the tree has them once the operation is done.
+    pub(crate) fn apply(&mut self, type_id: &str, change: Change) {
+        let Some(i) = self.types.iter().position(|t| t.id == type_id) else {
+            return;
+        };
+        let t = &mut self.types[i];
+        match change {
+            Change::Created => t.count = t.count.saturating_add(1),
+            Change::Removed => t.count = t.count.saturating_sub(1),
+            Change::None => return,
+        }
+        if let Kind::Nvidia {
+            figures,
+            pf_used: Some(used),
+        } = &mut self.kind
+        {
+            let fb = figures[i].map(|(fb, _)| fb);
+            if change == Change::Created {
+                used.push(fb);
+            } else if let Some(at) = used.iter().position(|u| *u == fb) {
+                used.remove(at);
+            }
+        }
+    }
+
+    /// The `available_instances` the files hold, per type, where the rule cannot tell them
+    /// (the counter model of unknown vendors): what recovery needs to put the counts back.
+    pub(crate) fn counters(&self) -> Vec<(String, u32)> {
+        self.types
+            .iter()
+            .zip(self.values())
+            .filter(|(_, value)| value.is_none())
+            .map(|(t, _)| (t.id.clone(), read_available(&t.dir)))
+            .collect()
+    }
+
+    /// Rewrites `available_instances` ("%u\n") of every type whose file does not say the
+    /// rule's value. For unknown vendors the mdev core's parent-level counter is modelled:
+    /// every type goes down by one on a create and up by one on a remove.
+    pub(crate) fn store(&self, change: Change) -> io::Result<()> {
+        for (t, value) in self.types.iter().zip(self.values()) {
+            let current = fsx::read_small(&t.dir.join("available_instances"));
+            let old = current
+                .as_deref()
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            let new = match (value, change) {
+                (Some(v), _) => v,
+                (None, Change::Created) => old.unwrap_or(0).saturating_sub(1),
+                (None, Change::Removed) => old.unwrap_or(0).saturating_add(1),
+                (None, Change::None) => continue,
+            };
+            store(t, current.as_deref(), new)?;
+        }
+        Ok(())
+    }
+}
+
 /// `available_instances` of every type of `parent` under its vendor rule; `None` where the rule
 /// cannot tell (unknown vendor, or a type whose figures are nowhere to be found).
 pub(crate) fn compute(parent: &Path, vendor: &Vendor) -> io::Result<Vec<(TypeState, Option<u32>)>> {
-    let types = types(parent)?;
-    Ok(match vendor {
-        Vendor::Nvidia => nvidia(parent, types, None),
-        Vendor::Gvtg => gvtg(parent, types),
-        Vendor::Mtty => mtty(types),
-        Vendor::Other(_) => types.into_iter().map(|t| (t, None)).collect(),
-    })
-}
-
-/// The capacity of one type now: the rule's value, or the file's where the rule cannot tell.
-pub(crate) fn available(parent: &Path, vendor: &Vendor, type_id: &str) -> io::Result<u32> {
-    let value = compute(parent, vendor)?
-        .into_iter()
-        .find(|(t, _)| t.id == type_id)
-        .and_then(|(_, v)| v);
-    Ok(match value {
-        Some(v) => v,
-        None => read_available(&parent.join("mdev_supported_types").join(type_id)),
-    })
+    let rules = Rules::read(parent, vendor)?;
+    let values = rules.values();
+    Ok(rules.types.into_iter().zip(values).collect())
 }
 
 fn read_available(type_dir: &Path) -> u32 {
-    fsx::read_opt(&type_dir.join("available_instances"))
+    fsx::read_small(&type_dir.join("available_instances"))
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
 }
 
-/// Rewrites `available_instances` ("%u\n") of every type of `parent`. For unknown vendors the
-/// mdev core's parent-level counter is modelled: every type goes down by one on a create and
-/// up by one on a remove.
+/// Rewrites `available_instances` of every type of `parent` from the tree as it is now (see
+/// [`Rules::store`]).
 pub(crate) fn refresh(parent: &Path, vendor: &Vendor, change: Change) -> io::Result<()> {
-    for (t, value) in compute(parent, vendor)? {
-        let current = fsx::read_opt(&t.dir.join("available_instances"));
-        let old = current
-            .as_deref()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        let new = match (value, change) {
-            (Some(v), _) => v,
-            (None, Change::Created) => old.unwrap_or(0).saturating_sub(1),
-            (None, Change::Removed) => old.unwrap_or(0).saturating_add(1),
-            (None, Change::None) => continue,
-        };
-        store(&t, current.as_deref(), new)?;
-    }
-    Ok(())
+    Rules::read(parent, vendor)?.store(change)
 }
 
 /// Writes `new` to the type's `available_instances` unless it already says so.
@@ -157,19 +284,6 @@ fn store(t: &TypeState, current: Option<&str>, new: u32) -> io::Result<()> {
         fsx::write_atomic(&t.dir.join("available_instances"), &text, 0o444)?;
     }
     Ok(())
-}
-
-/// The `available_instances` the files hold, per type, where the rule cannot tell them (the
-/// counter model of unknown vendors): what recovery needs to put the counts back.
-pub(crate) fn counters(parent: &Path, vendor: &Vendor) -> io::Result<Vec<(String, u32)>> {
-    Ok(compute(parent, vendor)?
-        .into_iter()
-        .filter(|(_, value)| value.is_none())
-        .map(|(t, _)| {
-            let n = read_available(&t.dir);
-            (t.id, n)
-        })
-        .collect())
 }
 
 /// `available_instances` after an interrupted operation is finished: the rule's value where it
@@ -190,7 +304,7 @@ pub(crate) fn settle(
                 None => continue,
             },
         };
-        let current = fsx::read_opt(&t.dir.join("available_instances"));
+        let current = fsx::read_small(&t.dir.join("available_instances"));
         store(&t, current.as_deref(), new)?;
     }
     Ok(())
@@ -208,7 +322,7 @@ pub fn refresh_available(parent: &Path) -> io::Result<()> {
 /// catalog by its `name`, else by the number in its id.
 fn nvidia_figures(t: &TypeState) -> Option<(u64, u32)> {
     let (mut fb, mut max) = (None, None);
-    if let Some(desc) = fsx::read_opt(&t.dir.join("description")) {
+    if let Some(desc) = fsx::read_static(&t.dir.join("description")) {
         for field in desc.split([',', '\n']) {
             let Some((k, v)) = field.trim().split_once('=') else {
                 continue;
@@ -254,10 +368,12 @@ fn parse_size_mib(s: &str) -> Option<u64> {
 pub(crate) fn refresh_nvidia_vfs(pf: &Path, vfs: &[PathBuf]) -> io::Result<()> {
     let used = pf_mdev_vgpus(pf);
     for vf in vfs {
-        for (t, value) in nvidia(vf, types(vf)?, Some(&used)) {
+        let types = types(vf)?;
+        let figures: Vec<_> = types.iter().map(nvidia_figures).collect();
+        for (t, value) in types.iter().zip(nvidia(&types, &figures, Some(&used))) {
             if let Some(v) = value {
-                let current = fsx::read_opt(&t.dir.join("available_instances"));
-                store(&t, current.as_deref(), v)?;
+                let current = fsx::read_small(&t.dir.join("available_instances"));
+                store(t, current.as_deref(), v)?;
             }
         }
     }
@@ -290,34 +406,24 @@ fn pf_mdev_vgpus(pf: &Path) -> Vec<Option<u64>> {
 /// `physfn` link) holds one vGPU at most: 1 while empty and while the same rule over the whole
 /// PF (the vGPUs on all its VFs) leaves room for the type, else 0.
 fn nvidia(
-    parent: &Path,
-    types: Vec<TypeState>,
+    types: &[TypeState],
+    figures: &[Option<(u64, u32)>],
     pf_used: Option<&[Option<u64>]>,
-) -> Vec<(TypeState, Option<u32>)> {
-    let figures: Vec<Option<(u64, u32)>> = types.iter().map(nvidia_figures).collect();
+) -> Vec<Option<u32>> {
     let total: u32 = types.iter().map(|t| t.count).sum();
-    let is_vf = fsx::exists_nofollow(&parent.join("physfn"));
-    let pf_used = match pf_used {
-        Some(u) => u.to_vec(),
-        None if is_vf => std::fs::canonicalize(parent.join("physfn"))
-            .map(|pf| pf_mdev_vgpus(&pf))
-            .unwrap_or_default(),
-        None => Vec::new(),
-    };
-    let pf_total = u32::try_from(pf_used.len()).unwrap_or(u32::MAX);
+    let pf_total = pf_used.map_or(0, |u| u32::try_from(u.len()).unwrap_or(u32::MAX));
     // Framebuffer sizes of the existing vGPUs; `None` inside when a used type has no figures.
     let used_fb: Vec<Option<u64>> = types
         .iter()
-        .zip(&figures)
+        .zip(figures)
         .filter(|(t, _)| t.count > 0)
         .map(|(_, f)| f.map(|(fb, _)| fb))
         .collect();
-    types
-        .into_iter()
-        .zip(figures)
-        .map(|(t, f)| {
-            let value = f.map(|(fb, max)| {
-                if is_vf {
+    figures
+        .iter()
+        .map(|f| {
+            f.map(|(fb, max)| {
+                if let Some(pf_used) = pf_used {
                     let room = pf_used.is_empty()
                         || (pf_used.iter().all(|u| *u == Some(fb)) && pf_total < max);
                     u32::from(total == 0 && max > 0 && room)
@@ -328,8 +434,7 @@ fn nvidia(
                 } else {
                     0
                 }
-            });
-            (t, value)
+            })
         })
         .collect()
 }
@@ -363,13 +468,13 @@ pub(crate) fn bar_size_mib(resource: &str, index: usize) -> Option<u64> {
 
 /// The aperture (GMADR, BAR 2) of a GVT-g parent in MiB.
 pub(crate) fn gvtg_aperture_mib(parent: &Path) -> Option<u64> {
-    bar_size_mib(&fsx::read_opt(&parent.join("resource"))?, 2)
+    bar_size_mib(&fsx::read_static(&parent.join("resource"))?, 2)
 }
 
 /// (low_gm MiB, high_gm MiB, fences) of a GVT-g type: from its `description`, else the catalog.
 fn gvtg_figures(t: &TypeState) -> Option<(i64, i64, i64)> {
     let (mut low, mut high, mut fence) = (None, None, None);
-    if let Some(desc) = fsx::read_opt(&t.dir.join("description")) {
+    if let Some(desc) = fsx::read_static(&t.dir.join("description")) {
         for line in desc.lines() {
             let Some((k, v)) = line.split_once(':') else {
                 continue;
@@ -405,11 +510,13 @@ fn gvtg_figures(t: &TypeState) -> Option<(i64, i64, i64)> {
 /// kvmgt `intel_vgpu_get_available`: min((aperture − 128 MiB − allocated low) / low,
 /// (hidden − 384 MiB − allocated high) / high, (32 − 4 − allocated fences) / fence), where the
 /// allocations are the sums over the existing vGPUs of their types' figures.
-fn gvtg(parent: &Path, types: Vec<TypeState>) -> Vec<(TypeState, Option<u32>)> {
-    let aperture = gvtg_aperture_mib(parent).and_then(|a| i64::try_from(a).ok());
-    let figures: Vec<Option<(i64, i64, i64)>> = types.iter().map(gvtg_figures).collect();
+fn gvtg(
+    types: &[TypeState],
+    aperture: Option<i64>,
+    figures: &[Option<(i64, i64, i64)>],
+) -> Vec<Option<u32>> {
     let (mut low_used, mut high_used, mut fence_used) = (0i64, 0i64, 0i64);
-    for (t, f) in types.iter().zip(&figures) {
+    for (t, f) in types.iter().zip(figures) {
         if let Some((l, h, f)) = f {
             let n = i64::from(t.count);
             low_used += n * l;
@@ -417,21 +524,17 @@ fn gvtg(parent: &Path, types: Vec<TypeState>) -> Vec<(TypeState, Option<u32>)> {
             fence_used += n * f;
         }
     }
-    types
-        .into_iter()
-        .zip(figures)
-        .map(|(t, f)| {
-            let value = match (aperture, f) {
-                (Some(ap), Some((l, h, fe))) => {
-                    let low_avail = ap - HOST_LOW_GM_MIB - low_used;
-                    let high_avail = (GGTT_MIB - ap) - HOST_HIGH_GM_MIB - high_used;
-                    let fence_avail = FENCES - HOST_FENCES - fence_used;
-                    let n = (low_avail / l).min(high_avail / h).min(fence_avail / fe);
-                    Some(u32::try_from(n.max(0)).unwrap_or(u32::MAX))
-                }
-                _ => None,
-            };
-            (t, value)
+    figures
+        .iter()
+        .map(|f| match (aperture, f) {
+            (Some(ap), Some((l, h, fe))) => {
+                let low_avail = ap - HOST_LOW_GM_MIB - low_used;
+                let high_avail = (GGTT_MIB - ap) - HOST_HIGH_GM_MIB - high_used;
+                let fence_avail = FENCES - HOST_FENCES - fence_used;
+                let n = (low_avail / l).min(high_avail / h).min(fence_avail / fe);
+                Some(u32::try_from(n.max(0)).unwrap_or(u32::MAX))
+            }
+            _ => None,
         })
         .collect()
 }
@@ -451,15 +554,12 @@ fn mtty_ports(id: &str) -> u32 {
 }
 
 /// mtty `mtty_get_available`: free ports / ports of the type.
-fn mtty(types: Vec<TypeState>) -> Vec<(TypeState, Option<u32>)> {
+fn mtty(types: &[TypeState]) -> Vec<Option<u32>> {
     let used: u32 = types.iter().map(|t| t.count * mtty_ports(&t.id)).sum();
     let free = MAX_MTTYS.saturating_sub(used);
     types
-        .into_iter()
-        .map(|t| {
-            let v = free / mtty_ports(&t.id);
-            (t, Some(v))
-        })
+        .iter()
+        .map(|t| Some(free / mtty_ports(&t.id)))
         .collect()
 }
 
