@@ -5,8 +5,9 @@
 //!
 //! It starts its own dbus-daemon and vgpud, prints `PASS name` / `FAIL name: why` per check,
 //! `FACT key = value` for every outcome the simulated run must reproduce, `INFO …` for what
-//! only the real kernel can show, and ends with `N passed, M failed` (exit status 1 on any
-//! failure).
+//! only the real kernel can show, `FIGURE name=value` for measured times (figures, never
+//! checks: the `storm` section, real kernel only), and ends with `N passed, M failed` (exit
+//! status 1 on any failure).
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -16,6 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use zbus::{proxy, OwnedObjectPath, Variant};
+
+mod storm;
 
 #[proxy(
     interface = "org.vgpud1.Manager",
@@ -93,6 +96,8 @@ struct Args {
     mdevctl: Option<PathBuf>,
     facts: Option<PathBuf>,
     sections: Vec<String>,
+    /// The vgpud the storm section measures (an optimized build; mdevctl is one).
+    storm_vgpud: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -105,6 +110,7 @@ fn parse_args() -> Args {
         mdevctl: None,
         facts: None,
         sections: vec!["mdev".into(), "pci".into()],
+        storm_vgpud: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -118,6 +124,7 @@ fn parse_args() -> Args {
             "--mdevctl" => a.mdevctl = Some(v.into()),
             "--facts" => a.facts = Some(v.into()),
             "--sections" => a.sections = v.split(',').map(str::to_string).collect(),
+            "--storm-vgpud" => a.storm_vgpud = Some(v.into()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -332,14 +339,17 @@ impl World {
         }
     }
 
-    fn stop(&mut self) {
-        if let Some(d) = self.daemon.take() {
-            // SIGTERM, then wait.
+    /// SIGTERM, then wait: vgpud stops as on a shutdown; the bus stays.
+    fn term_vgpud(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
-            let mut d = d;
             let _ = d.wait();
         }
+    }
+
+    fn stop(&mut self) {
+        self.term_vgpud();
         let _ = self.bus.kill();
         let _ = self.bus.wait();
     }
@@ -1642,6 +1652,13 @@ async fn main() {
         }
         if sections.iter().any(|s| s == "pci") {
             pci_section(&mut w, &mut r).await;
+        }
+        if sections.iter().any(|s| s == "storm") {
+            if w.real() {
+                storm::section(&mut w, &mut r).await;
+            } else {
+                info("storm: a measurement on the real kernel only; not run on the simulator");
+            }
         }
     }
     let alive = w.daemon.as_mut().map(|d| matches!(d.try_wait(), Ok(None)));
