@@ -587,3 +587,49 @@ fn processes_killed_with_sigkill_leave_no_torn_device() {
     assert_tree(&snapshot(dir.path()), &clean, "");
     assert!(started.elapsed() < Duration::from_secs(120));
 }
+
+#[test]
+fn creates_on_different_parents_do_not_wait_for_each_other() {
+    let (dir, host) = host("nvidia-turing");
+    let host = Arc::new(host);
+    // Somebody holds GPU0's lock (a create in progress there, in whatever process).
+    let held = super::journal::lock_dir(&dir.path().join(GPU0)).expect("lock GPU0");
+    let on_gpu0 = {
+        let host = Arc::clone(&host);
+        std::thread::spawn(move || create(&host, GPU0, "nvidia-256", U1))
+    };
+    // A create on GPU1 goes through meanwhile.
+    let started = Instant::now();
+    create(&host, GPU1, "nvidia-256", U2).expect("create on GPU1");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !on_gpu0.is_finished(),
+        "GPU0's create waits for GPU0's lock"
+    );
+    assert!(!dir.path().join(GPU0).join(U1).exists());
+    drop(held);
+    on_gpu0.join().expect("join").expect("create on GPU0");
+    assert!(host.sys(&format!("bus/mdev/devices/{U1}")).exists());
+    assert_consistent(&host);
+}
+
+#[test]
+fn a_create_on_another_parent_finishes_a_killed_one() {
+    let (dir, host) = host("nvidia-turing");
+    let before = snapshot(dir.path());
+    create(&host, GPU1, "nvidia-256", U2).expect("create");
+    remove(&host, U2).expect("remove");
+    // Killed half-way on GPU0: its parent's journal stays, the tree's lock is not needed.
+    let (died, _) = killed_after(12, || create(&host, GPU0, "nvidia-256", U1));
+    assert!(died);
+    assert!(dir.path().join(GPU0).join(U1).exists());
+    assert!(any_journal(&host) && !journal(&host).exists());
+    // The same UUID on GPU1: the bus lock's holder finishes GPU0's journal first.
+    create(&host, GPU1, "nvidia-256", U1).expect("create on GPU1");
+    assert!(!dir.path().join(GPU0).join(U1).exists());
+    assert!(dir.path().join(GPU1).join(U1).exists());
+    assert_consistent(&host);
+    remove(&host, U1).expect("remove");
+    assert_tree(&snapshot(dir.path()), &before, "");
+}
