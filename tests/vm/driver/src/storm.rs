@@ -10,6 +10,7 @@
 //!   `RemoveDevice`; ms per device = wall time ÷ N;
 //! - vgpud, transient: the same storm with `persistent: false` (no definition written), a
 //!   figure of what persistence costs;
+//! - the bus: N `Peer.Ping` calls to vgpud one after the other, the floor of a call;
 //! - vgpud, sequential: N calls one after the other on one connection, each call timed;
 //! - mdevctl: per device `mdevctl define -u U -p mtty -t mtty-1 --auto` and
 //!   `mdevctl start -u U`, one process per call as an operator's script would run them, then
@@ -455,6 +456,7 @@ struct Figures {
     storm_latencies: Vec<f64>,
     storm_remove_per_device: Vec<f64>,
     transient_per_device: Vec<f64>,
+    ping: Vec<f64>,
     seq_per_call: Vec<f64>,
     seq_remove_per_call: Vec<f64>,
     mdevctl_per_device: Vec<f64>,
@@ -500,6 +502,25 @@ async fn vgpud_round(
             return;
         }
     };
+
+    // The bus's floor: Peer.Ping to vgpud, one after the other.
+    let mut pings = Vec::new();
+    for _ in 0..room {
+        let t = Instant::now();
+        let r = conns[0]
+            .call_method(
+                Some("org.vgpud1"),
+                "/org/vgpud1",
+                Some("org.freedesktop.DBus.Peer"),
+                "Ping",
+                &(),
+            )
+            .await;
+        if r.is_ok() {
+            pings.push(ms(t.elapsed()));
+        }
+    }
+    f.ping.push(median(&pings));
 
     // The storm.
     let (c, made) = vgpud_storm(&ps, room, true).await;
@@ -759,6 +780,7 @@ pub async fn section(w: &mut World, r: &mut Report) {
         median(&f.transient_per_device),
     );
     figure("vgpud_sequential_ms_per_call", seq);
+    figure("vgpud_ping_ms", median(&f.ping));
     figure(
         "vgpud_sequential_remove_ms_per_call",
         median(&f.seq_remove_per_call),
