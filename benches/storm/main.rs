@@ -1,18 +1,20 @@
 //! The login-storm benchmark (reports figures; asserts nothing about time). In one run:
-//! 1. storm: 1,000 concurrent CreateDevice (persistent) from 20 clients on a simulated host of
-//!    16 GPUs (room for 512 RTX8000-1Q, so 488 are refused), then concurrent RemoveDevice of
-//!    all that were made: throughput and p50/p99 latency;
-//! 2. the bus's own limit: `org.freedesktop.DBus.Peer.Ping` to vgpud with the same concurrency;
+//! 1. storm: 400 concurrent CreateDevice (persistent) from 20 clients on a simulated host of
+//!    16 GPUs (room for 384 RTX8000-2Q, so 16 are refused), then concurrent RemoveDevice of
+//!    all that were made: throughput, p50/p99 latency and vgpud's CPU time per create, for
+//!    ten consecutive storms in one daemon (the first, the last, the median);
+//! 2. the bus's own limit: `org.freedesktop.DBus.Peer.Ping` to vgpud with the same concurrency,
+//!    before each storm;
 //! 3. baseline: the real mdevctl 1.4, one process per device, on the same kind of tree;
 //! 4. packing: a seeded day of 10,000 VDI requests replayed with each policy and first-fit,
 //!    against an upper bound on what any placement could accept;
 //! 5. footprint: start to READY, idle RSS, and scan time as the host grows 1×, 4×, 16×.
 //!
-//! Run: `cargo bench --bench storm`. `VGPUD_BENCH_ROUNDS` (default 3) sets how many storms
-//! the medians are taken over. The simulated sysfs lives on tmpfs (`/dev/shm`), as the real
-//! one lives in memory; vgpud's durable files (`etc`, `var`) go to disk
-//! (`VGPUD_BENCH_DISK`, default the system's temporary directory), so the storm pays for real
-//! fsyncs.
+//! Run: `cargo bench --bench storm`. `VGPUD_BENCH_ROUNDS` (default 10) sets how many storms
+//! one daemon serves. The simulated sysfs lives on tmpfs (`/dev/shm`), as the real one lives
+//! in memory; vgpud's durable files (`etc`, `var`) go to disk (`VGPUD_BENCH_DISK`, default the
+//! system's temporary directory), so the storm pays for real syncs; the file system of each is
+//! reported.
 
 mod packing;
 mod trace;
@@ -31,9 +33,10 @@ use std::time::{Duration, Instant};
 use vgpud::dbus::client::ManagerProxy;
 use vgpud::host::Host;
 
-const STORM: usize = 1000;
+const STORM: usize = 400;
 const CLIENTS: usize = 20;
-const TYPE: &str = "RTX8000-1Q";
+/// 24 per GPU: 384 fit on the 16 GPUs.
+const TYPE: &str = "RTX8000-2Q";
 /// Mean session of the packing trace: a working day's peaks overload the 16 GPUs by about
 /// a sixth, so placement decides what is refused.
 const MEAN_SESSION_HOURS: f64 = 0.2;
@@ -142,13 +145,27 @@ struct Storm {
     refused: usize,
 }
 
-async fn create_storm(conns: &[zbus::Connection]) -> Storm {
+/// One proxy per connection, made once, as a client keeps it.
+async fn managers(conns: &[zbus::Connection]) -> Vec<ManagerProxy<'static>> {
+    let mut out = Vec::new();
+    for conn in conns {
+        out.push(
+            ManagerProxy::builder(conn)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+                .expect("proxy"),
+        );
+    }
+    out
+}
+
+async fn create_storm(managers: &[ManagerProxy<'static>]) -> Storm {
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(STORM);
     for i in 0..STORM {
-        let conn = conns[i % conns.len()].clone();
+        let m = managers[i % managers.len()].clone();
         tasks.push(tokio::spawn(async move {
-            let m = ManagerProxy::new(&conn).await.expect("proxy");
             let t = Instant::now();
             let r = m.create_device(TYPE, HashMap::new()).await;
             (ms(t.elapsed()), r.map(|(u, _)| u))
@@ -179,10 +196,11 @@ async fn create_storm(conns: &[zbus::Connection]) -> Storm {
 
 /// Runs `call` once per item at once, the calls spread over the connections; the wall time
 /// and each call's latency (what `call` measures).
-async fn timed<T, F, Fut>(conns: &[zbus::Connection], items: Vec<T>, call: F) -> Storm
+async fn timed<C, T, F, Fut>(conns: &[C], items: Vec<T>, call: F) -> Storm
 where
+    C: Clone,
     T: Send + 'static,
-    F: Fn(zbus::Connection, T) -> Fut,
+    F: Fn(C, T) -> Fut,
     Fut: std::future::Future<Output = f64> + Send + 'static,
 {
     let started = Instant::now();
@@ -203,9 +221,8 @@ where
     }
 }
 
-async fn remove_storm(conns: &[zbus::Connection], uuids: Vec<String>) -> Storm {
-    timed(conns, uuids, |conn, uuid| async move {
-        let m = ManagerProxy::new(&conn).await.expect("proxy");
+async fn remove_storm(managers: &[ManagerProxy<'static>], uuids: Vec<String>) -> Storm {
+    timed(managers, uuids, |m, uuid| async move {
         let t = Instant::now();
         m.remove_device(&uuid, HashMap::new())
             .await
@@ -215,14 +232,8 @@ async fn remove_storm(conns: &[zbus::Connection], uuids: Vec<String>) -> Storm {
     .await
 }
 
-async fn ping_storm(conns: &[zbus::Connection]) -> Storm {
-    timed(conns, vec![(); STORM], |conn, ()| async move {
-        let peer = zbus::fdo::PeerProxy::builder(&conn)
-            .destination("org.vgpud1")
-            .path("/org/vgpud1")
-            .build()
-            .await
-            .expect("peer");
+async fn ping_storm(peers: &[zbus::fdo::PeerProxy<'static>]) -> Storm {
+    timed(peers, vec![(); STORM], |peer, ()| async move {
         let t = Instant::now();
         peer.ping().await.expect("Ping");
         ms(t.elapsed())
@@ -234,32 +245,76 @@ fn per_s(calls: usize, wall_ms: f64) -> f64 {
     calls as f64 / (wall_ms / 1000.0)
 }
 
+/// CPU time (user and system, all threads) a process has used so far, in ms.
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces): utime is the 14th field, stime the 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // In USER_HZ ticks, which Linux fixes at 100 per second for /proc.
+    f.iter().sum::<f64>() * 10.0
+}
+
+/// The file system a path lives on, by name.
+fn fs_name(path: &Path) -> String {
+    let Ok(st) = nix::sys::statfs::statfs(path) else {
+        return "unknown".into();
+    };
+    let t = st.filesystem_type().0;
+    match t {
+        0xef53 => "ext4".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683e => "btrfs".into(),
+        0x794c_7630 => "overlayfs".into(),
+        other => format!("type {other:#x}"),
+    }
+}
+
+/// What one storm measured.
+struct Round {
+    ping: f64,
+    ping50: f64,
+    ping99: f64,
+    create: f64,
+    create50: f64,
+    create99: f64,
+    starvation: f64,
+    remove: f64,
+    remove50: f64,
+    remove99: f64,
+    made: usize,
+    refused: usize,
+    cpu_ms_per_create: f64,
+    cpu_ms_per_remove: f64,
+    ms_per_device: f64,
+}
+
 /// Sections 1, 2 and the READY/RSS part of 5.
 fn bus_sections(rounds: usize) -> (f64, f64, f64) {
-    println!("== 1, 2: storm of {STORM} concurrent calls from {CLIENTS} clients, 16 GPUs (median of {rounds} storms)");
     let host = bench_host("large");
+    println!(
+        "== 1, 2: {rounds} storms of {STORM} concurrent calls from {CLIENTS} clients, 16 GPUs, one daemon; sysfs on {}, vgpud's files on {}",
+        fs_name(&host.root.join("sys")),
+        fs_name(&host.root.join("var/"))
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let bus = start_bus(dir.path());
     let (daemon, ready_ms) = start_daemon(&host.root, &bus, dir.path());
     std::thread::sleep(Duration::from_millis(500));
-    let idle_rss = rss_kib(daemon.0.id());
+    let pid = daemon.0.id();
+    let idle_rss = rss_kib(pid);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let (mut create_tp, mut remove_tp, mut ping_tp) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut c50, mut c99, mut r50, mut r99, mut p50, mut p99) = (
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-        Vec::new(),
-    );
-    let mut made_counts = Vec::new();
-    let mut per_device = Vec::new();
-    let mut bound_ratio = Vec::new();
+    let mut all: Vec<Round> = Vec::new();
     rt.block_on(async {
         let mut conns = Vec::new();
         for _ in 0..CLIENTS {
@@ -270,56 +325,106 @@ fn bus_sections(rounds: usize) -> (f64, f64, f64) {
                     .expect("connect"),
             );
         }
-        for _ in 0..rounds {
-            let mut ping = ping_storm(&conns).await;
-            ping_tp.push(per_s(STORM, ping.wall_ms));
-            p50.push(median(&mut ping.latencies));
-            p99.push(percentile(&mut ping.latencies, 0.99));
-
-            let mut create = create_storm(&conns).await;
-            let tp = per_s(STORM, create.wall_ms);
-            create_tp.push(tp);
-            c50.push(median(&mut create.latencies));
-            let p = percentile(&mut create.latencies, 0.99);
-            c99.push(p);
-            bound_ratio.push(p / (1.5 * STORM as f64 / tp * 1000.0));
-            made_counts.push((create.made.len(), create.refused));
-            per_device.push(create.wall_ms / create.made.len().max(1) as f64);
+        let managers = managers(&conns).await;
+        let mut peers = Vec::new();
+        for conn in &conns {
+            peers.push(
+                zbus::fdo::PeerProxy::builder(conn)
+                    .destination("org.vgpud1")
+                    .path("/org/vgpud1")
+                    .cache_properties(zbus::proxy::CacheProperties::No)
+                    .build()
+                    .await
+                    .expect("peer"),
+            );
+        }
+        for round in 0..rounds {
+            let mut ping = ping_storm(&peers).await;
+            let cpu0 = cpu_ms(pid);
+            let mut create = create_storm(&managers).await;
+            let cpu1 = cpu_ms(pid);
             let made = std::mem::take(&mut create.made);
             let n = made.len();
-            let mut remove = remove_storm(&conns, made).await;
-            remove_tp.push(per_s(n, remove.wall_ms));
-            r50.push(median(&mut remove.latencies));
-            r99.push(percentile(&mut remove.latencies, 0.99));
+            let mut remove = remove_storm(&managers, made).await;
+            let cpu2 = cpu_ms(pid);
+            let tp = per_s(STORM, create.wall_ms);
+            let c99 = percentile(&mut create.latencies, 0.99);
+            let r = Round {
+                ping: per_s(STORM, ping.wall_ms),
+                ping50: median(&mut ping.latencies),
+                ping99: percentile(&mut ping.latencies, 0.99),
+                create: tp,
+                create50: median(&mut create.latencies),
+                create99: c99,
+                starvation: c99 / (1.5 * STORM as f64 / tp * 1000.0),
+                remove: per_s(n, remove.wall_ms),
+                remove50: median(&mut remove.latencies),
+                remove99: percentile(&mut remove.latencies, 0.99),
+                made: n,
+                refused: create.refused,
+                cpu_ms_per_create: (cpu1 - cpu0) / STORM as f64,
+                cpu_ms_per_remove: (cpu2 - cpu1) / n.max(1) as f64,
+                ms_per_device: create.wall_ms / n.max(1) as f64,
+            };
+            println!(
+                "storm {:2}: Ping {:7.0}/s  CreateDevice {:6.0}/s (p50 {:6.1} ms, p99 {:6.1} ms, {} made, {} refused, vgpud CPU {:.3} ms per call)  RemoveDevice {:6.0}/s (vgpud CPU {:.3} ms per call)",
+                round + 1,
+                r.ping,
+                r.create,
+                r.create50,
+                r.create99,
+                r.made,
+                r.refused,
+                r.cpu_ms_per_create,
+                r.remove,
+                r.cpu_ms_per_remove
+            );
+            all.push(r);
         }
     });
-    let (made, refused) = made_counts[0];
-    let ping = median(&mut ping_tp);
-    let create = median(&mut create_tp);
-    let remove = median(&mut remove_tp);
+    let med = |f: fn(&Round) -> f64| median(&mut all.iter().map(f).collect::<Vec<_>>());
+    let (first, last) = (&all[0], &all[all.len() - 1]);
+    println!("medians of {} storms:", all.len());
     println!(
-        "Peer.Ping       {ping:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms",
-        median(&mut p50),
-        median(&mut p99)
+        "Peer.Ping       {:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms",
+        med(|r| r.ping),
+        med(|r| r.ping50),
+        med(|r| r.ping99)
     );
     println!(
-        "CreateDevice    {create:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms  ({made} made, {refused} refused: NoCapacity)  = {:.2} × Ping throughput",
-        median(&mut c50),
-        median(&mut c99),
-        create / ping
+        "CreateDevice    {:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms  ({} made, {} refused: NoCapacity)  = {:.2} × Ping throughput (target ≥ 0.25)",
+        med(|r| r.create),
+        med(|r| r.create50),
+        med(|r| r.create99),
+        first.made,
+        first.refused,
+        med(|r| r.create / r.ping)
     );
     println!(
-        "RemoveDevice    {remove:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms  ({made} removed)  = {:.2} × Ping throughput",
-        median(&mut r50),
-        median(&mut r99),
-        remove / ping
+        "RemoveDevice    {:8.0} calls/s   p50 {:7.2} ms  p99 {:7.2} ms  = {:.2} × Ping throughput",
+        med(|r| r.remove),
+        med(|r| r.remove50),
+        med(|r| r.remove99),
+        med(|r| r.remove / r.ping)
+    );
+    println!(
+        "vgpud CPU per persistent create (simulated kernel included): {:.3} ms (target ≤ 0.5); per remove {:.3} ms",
+        med(|r| r.cpu_ms_per_create),
+        med(|r| r.cpu_ms_per_remove)
+    );
+    println!(
+        "no slowdown: storm {} creates at {:.0}/s, storm 1 at {:.0}/s: last ÷ first = {:.2} (target ≥ 0.9)",
+        all.len(),
+        last.create,
+        first.create,
+        last.create / first.create
     );
     println!(
         "starvation check: create p99 / (1.5 × requests ÷ throughput) = {:.2} (target ≤ 1)",
-        median(&mut bound_ratio)
+        med(|r| r.starvation)
     );
     drop(daemon);
-    (ready_ms, idle_rss as f64 / 1024.0, median(&mut per_device))
+    (ready_ms, idle_rss as f64 / 1024.0, med(|r| r.ms_per_device))
 }
 
 fn mdevctl_bin() -> Option<PathBuf> {
@@ -442,7 +547,7 @@ fn main() {
     let rounds: usize = std::env::var("VGPUD_BENCH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(10);
     // VGPUD_BENCH_ONLY=storm|packing runs one part (while working on it).
     let only = std::env::var("VGPUD_BENCH_ONLY").unwrap_or_default();
     if only.is_empty() || only == "storm" {

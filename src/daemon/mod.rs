@@ -242,6 +242,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     audit.abort();
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping");
+    // The files the journal wrote are made durable, so the next start applies nothing again.
+    if let Err(e) = crate::persist::journal::of(engine.host()).checkpoint_if_dirty() {
+        tracing::warn!(error = %e, "could not checkpoint the journal");
+    }
     Ok(())
 }
 

@@ -1,7 +1,10 @@
 //! Watching for changes vgpud must notice while it runs: new, changed or removed mdevctl
 //! definitions (inotify on `etc/mdevctl.d`, since mdevctl sends no events), and, by a
 //! periodic look, devices and GPUs that changed behind vgpud's back (sysfs gives no inotify
-//! events for new devices).
+//! events for new devices). vgpud's own changes to the definitions (noted by
+//! [`crate::persist::own_changes`], and its temporary files) wake nothing, so a storm of
+//! creates never makes it look at the whole host. The periodic look also checkpoints the
+//! journal (`persist::journal`) in the background.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,6 +41,13 @@ pub async fn run(engine: Arc<Engine>, interval: Duration) {
             }
         }
         let e = engine.clone();
+        let checkpoint = tokio::task::spawn_blocking(move || {
+            crate::persist::journal::of(e.host()).checkpoint_if_dirty()
+        });
+        if let Ok(Err(e)) = checkpoint.await {
+            tracing::warn!(error = %e, "could not checkpoint the journal");
+        }
+        let e = engine.clone();
         match tokio::task::spawn_blocking(move || e.events().batch(|| e.poll())).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not look at the host"),
@@ -57,8 +67,10 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
 /// becomes one wake-up of the watcher.
 fn spawn_definition_watcher(base: PathBuf, tx: mpsc::Sender<()>) -> nix::Result<()> {
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
-    inotify.add_watch(&base, MASK)?;
-    watch_children(&inotify, &base);
+    crate::persist::own_changes::watching(&base);
+    let mut dirs = std::collections::HashMap::new();
+    dirs.insert(inotify.add_watch(&base, MASK)?, base.clone());
+    watch_children(&inotify, &base, &mut dirs);
     std::thread::Builder::new()
         .name("vgpud-inotify".into())
         .spawn(move || loop {
@@ -68,9 +80,17 @@ fn spawn_definition_watcher(base: PathBuf, tx: mpsc::Sender<()>) -> nix::Result<
                         .iter()
                         .any(|e| e.mask.contains(AddWatchFlags::IN_ISDIR));
                     if new_dir {
-                        watch_children(&inotify, &base);
+                        watch_children(&inotify, &base, &mut dirs);
                     }
-                    if tx.blocking_send(()).is_err() {
+                    let foreign = events.iter().any(|e| {
+                        let own = own(e, &dirs);
+                        if !own {
+                            tracing::debug!(name = ?e.name, mask = ?e.mask, "a change to the definitions");
+                        }
+                        !own
+                    });
+                    // A full channel already holds a wake-up.
+                    if foreign && tx.try_send(()).is_err() && tx.is_closed() {
                         return;
                     }
                 }
@@ -85,14 +105,36 @@ fn spawn_definition_watcher(base: PathBuf, tx: mpsc::Sender<()>) -> nix::Result<
         .map_err(|_| nix::errno::Errno::EAGAIN)
 }
 
-fn watch_children(inotify: &Inotify, base: &Path) {
+fn watch_children(
+    inotify: &Inotify,
+    base: &Path,
+    dirs: &mut std::collections::HashMap<nix::sys::inotify::WatchDescriptor, PathBuf>,
+) {
     if let Ok(entries) = std::fs::read_dir(base) {
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
                 // Adding a watch twice returns the same descriptor: harmless.
-                let _ = inotify.add_watch(&path, MASK);
+                if let Ok(wd) = inotify.add_watch(&path, MASK) {
+                    dirs.insert(wd, path);
+                }
             }
         }
     }
+}
+
+/// Whether an event is vgpud's own doing: on one of its temporary files, or a change it
+/// noted. A lost event (queue overflow) or a watched directory going is never own.
+fn own(
+    event: &nix::sys::inotify::InotifyEvent,
+    dirs: &std::collections::HashMap<nix::sys::inotify::WatchDescriptor, PathBuf>,
+) -> bool {
+    let (Some(name), Some(dir)) = (&event.name, dirs.get(&event.wd)) else {
+        return false;
+    };
+    let name = name.to_string_lossy();
+    if name.starts_with('.') && name.contains(".vgpud-tmp-") {
+        return true;
+    }
+    crate::persist::own_changes::take(&dir.join(&*name))
 }

@@ -401,7 +401,8 @@ impl Engine {
             address: None,
             functions: Vec::new(),
         };
-        // The definition and the record are written as one batch: one wait for the disk.
+        // The definition and the record are one commit of the journal, whose wait for the
+        // disk concurrent creates share.
         let mut files: Vec<persist::FileWrite> = definition
             .iter()
             .map(|d| mdevctl::file(&self.host, d))
@@ -410,7 +411,7 @@ impl Engine {
             &self.host,
             &record_of(&info, params.map(str::to_string)),
         ));
-        persist::write_all_atomic(&files).map_err(|e| {
+        persist::commit(&self.host, &files, &[]).map_err(|e| {
             EngineError::persist(format!("defining and recording {}", info.uuid), e)
         })?;
         Ok(info)
@@ -592,11 +593,15 @@ impl Engine {
                 return Err(e);
             }
         }
-        // Both files go with one wait for the disk.
-        let undefine = persist::remove_all_durable(&[
-            mdevctl::path(&self.host, &info.parent, &uuid),
-            state::path(&self.host, &uuid),
-        ]);
+        // Both files go in one commit of the journal.
+        let undefine = persist::commit(
+            &self.host,
+            &[],
+            &[
+                mdevctl::path(&self.host, &info.parent, &uuid),
+                state::path(&self.host, &uuid),
+            ],
+        );
         if let Err(e) = undefine {
             // The intent stays open: the next start finishes the removal.
             return Err(EngineError::persist(format!("undefining {uuid}"), e));

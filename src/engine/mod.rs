@@ -189,6 +189,16 @@ pub struct Engine {
     control: Arc<dyn crate::gpu_control::GpuControl>,
 }
 
+impl Drop for Engine {
+    /// A clean end: the files the journal wrote are made durable and the journal emptied of
+    /// them, so the next start has nothing to apply again.
+    fn drop(&mut self) {
+        if let Err(e) = crate::persist::journal::of(&self.host).checkpoint_if_dirty() {
+            tracing::warn!(error = %e, "could not checkpoint the journal");
+        }
+    }
+}
+
 /// Where NVIDIA installs `nvidia-smi`, relative to the root.
 pub const DEFAULT_NVIDIA_SMI: &str = "usr/bin/nvidia-smi";
 

@@ -231,7 +231,7 @@ impl Engine {
                 Err(e) => tracing::error!(%uuid, error = %e, "could not replay an intent"),
             }
             outcome?;
-            intent::close(&self.host, &uuid)
+            intent::close_replayed(&self.host, &uuid)
                 .map_err(|e| EngineError::persist(format!("closing the intent of {uuid}"), e))?;
         }
         let mut dirs = vec![

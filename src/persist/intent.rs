@@ -1,7 +1,10 @@
-//! The intent journal: every change to the host is recorded here, durably, before it starts
-//! and removed when it ends. At start vgpud replays what is left (completes or rolls back each
-//! intent) before it serves anyone. One file per UUID in flight,
-//! `var/lib/vgpud/intents/<uuid>.json`: the engine never runs two operations on one UUID.
+//! Intents: every change to the host is recorded before it starts and closed when it ends. At
+//! start vgpud replays what is left (completes or rolls back each intent) before it serves
+//! anyone. The engine never runs two operations on one UUID.
+//!
+//! Intents live in the write-ahead journal ([`super::journal`]). Files of the format vgpud
+//! wrote before it had one, `var/lib/vgpud/intents/<uuid>.json`, are still read and replayed
+//! (an upgrade may find them left by a crash), and removed once replayed.
 
 use std::path::PathBuf;
 
@@ -124,32 +127,52 @@ fn path(host: &Host, uuid: &str) -> PathBuf {
     dir(host).join(format!("{uuid}.json"))
 }
 
-/// Records an intent durably (also used to update it, e.g. once the GPU is chosen).
+/// Records an intent (also used to update it, e.g. once the GPU is chosen), before the host
+/// changes: in the journal, written but not synced (see [`super::journal`]).
 pub fn open(host: &Host, intent: &Intent) -> PersistResult<()> {
-    let text = serde_json::to_string(intent).unwrap_or_default();
-    write_atomic(&path(host, &intent.uuid), text.as_bytes(), 0o600)
+    super::journal::of(host).open_intent(intent)
 }
 
-/// Closes the intent of a UUID. The removal is not waited for: an intent that comes back
-/// after a power cut names work that is done, and its replay finds it so.
+/// Closes the intent of a UUID. Not waited for: an intent that comes back after a power cut
+/// names work that is done, and its replay finds it so.
 pub fn close(host: &Host, uuid: &str) -> PersistResult<()> {
+    super::journal::of(host).close_intent(uuid)
+}
+
+/// Closes a replayed intent: in the journal, and the file of the older format if it was one.
+pub fn close_replayed(host: &Host, uuid: &str) -> PersistResult<()> {
+    close(host, uuid)?;
     super::remove_lazy(&path(host, uuid)).map(|_| ())
+}
+
+/// Writes an intent as a file of the older format (what an older vgpud left; for tests of
+/// the upgrade path).
+pub fn write_legacy(host: &Host, intent: &Intent) -> PersistResult<()> {
+    let text = serde_json::to_string(intent).unwrap_or_default();
+    write_atomic(&path(host, &intent.uuid), text.as_bytes(), 0o600)
 }
 
 /// What an intent is called in the log when one is bad.
 pub const WHAT: &str = "intent (its operation is not replayed)";
 
-/// Every open intent, oldest first. A bad one (garbage, or a file that is not an intent of
-/// the UUID its name says) is set aside as `<name>.json.bad` and reported once; an intent
-/// of a newer version is an error.
+/// Every open intent, oldest first: those of the journal as recovered at start
+/// ([`super::journal::recover`], which this calls), then the files of the older format. A bad
+/// file (garbage, or a file that is not an intent of the UUID its name says) is set aside as
+/// `<name>.json.bad` and reported once; an intent file of a newer version is an error.
 pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
-    let mut out = super::read_json_dir(&dir(host), WHAT, VERSION, check)?;
-    out.sort_by_key(|i| (i.started, i.uuid.clone()));
+    let mut out = super::journal::recover(host)?.intents;
+    let mut files = super::read_json_dir(&dir(host), WHAT, VERSION, check)?;
+    files.sort_by_key(|i| (i.started, i.uuid.clone()));
+    for f in files {
+        if !out.iter().any(|i| i.uuid == f.uuid) {
+            out.push(f);
+        }
+    }
     Ok(out)
 }
 
 /// An intent names its own UUID, and every name its replay puts in a path is plain.
-fn check(i: &Intent, key: &str) -> Result<(), String> {
+pub(super) fn check(i: &Intent, key: &str) -> Result<(), String> {
     super::names_its_uuid(&i.uuid, key)?;
     let (parent, address, functions) = match &i.operation {
         Operation::Create { parent, .. } => (parent.as_deref(), None, &[][..]),
@@ -209,9 +232,14 @@ mod tests {
         }
         open(&host, &intent).expect("update");
         assert_eq!(read_all(&host).expect("read"), vec![intent.clone()]);
-        let text = std::fs::read_to_string(path(&host, &intent.uuid)).expect("text");
+        let text = std::fs::read_to_string(super::super::journal::path(&host)).expect("text");
         assert!(text.contains("\"op\":\"create\""), "{text}");
         close(&host, &intent.uuid).expect("close");
+        assert!(read_all(&host).expect("read").is_empty());
+        // An intent file an older vgpud left is read too, and goes once replayed.
+        write_legacy(&host, &intent).expect("legacy");
+        assert_eq!(read_all(&host).expect("read"), vec![intent.clone()]);
+        close_replayed(&host, &intent.uuid).expect("close");
         assert!(read_all(&host).expect("read").is_empty());
     }
 }

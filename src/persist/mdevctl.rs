@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{load, remove_durable, write_atomic, Loaded, PersistError, PersistResult, Refused};
+use super::{load, Loaded, PersistError, PersistResult, Refused};
 use crate::host::Host;
 use crate::model::normalize_uuid;
 
@@ -191,13 +191,9 @@ fn set_aside_uuid(name: &str) -> Option<String> {
     numbered.then(|| definition_uuid(stem)).flatten()
 }
 
-/// Writes a definition atomically and durably.
+/// Writes a definition atomically and durably (a commit of the journal).
 pub fn write(host: &Host, def: &Definition) -> PersistResult<()> {
-    write_atomic(
-        &path(host, &def.parent, &def.uuid),
-        def.to_json().as_bytes(),
-        0o644,
-    )
+    super::commit(host, &[file(host, def)], &[])
 }
 
 /// The file [`write`] writes, for a batch ([`super::write_all_atomic`]).
@@ -209,9 +205,13 @@ pub fn file(host: &Host, def: &Definition) -> super::FileWrite {
     }
 }
 
-/// Removes a definition; returns whether it existed.
+/// Removes a definition durably (a commit of the journal); returns whether it existed.
 pub fn remove(host: &Host, parent: &str, uuid: &str) -> PersistResult<bool> {
-    remove_durable(&path(host, parent, uuid))
+    let path = path(host, parent, uuid);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return Ok(false);
+    }
+    super::commit(host, &[], &[path]).map(|()| true)
 }
 
 #[cfg(test)]

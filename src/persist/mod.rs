@@ -16,7 +16,9 @@
 //! [`set_aside`] and reported once, and the rest is served: one bad file never stops vgpud.
 
 pub mod intent;
+pub mod journal;
 pub mod mdevctl;
+pub mod own_changes;
 pub mod sriov;
 pub mod state;
 
@@ -73,10 +75,17 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
     if let Some(parent) = dir.parent() {
         create_dirs(parent)?;
     }
+    own_changes::note(dir);
     match fs::create_dir(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(io_err("creating directory", dir)(e)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            own_changes::cancel(dir);
+            return Ok(());
+        }
+        Err(e) => {
+            own_changes::cancel(dir);
+            return Err(io_err("creating directory", dir)(e));
+        }
     }
     // 0755 whatever the umask (the unit sets UMask=0077), as mdevctl's own directories are.
     fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -116,6 +125,23 @@ pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> PersistResult<()>
 /// concurrent batches of other requests join the same commits (group commit). A crash leaves
 /// each file either old or new, never torn.
 pub fn write_all_atomic(files: &[FileWrite]) -> PersistResult<()> {
+    write_files(files, true)
+}
+
+/// Writes and removes vgpud's definitions and records as one durable change, through the
+/// journal ([`journal::Journal::commit`]): concurrent callers share one sync of the disk.
+/// Every path must be below `etc/mdevctl.d` or `var/lib/vgpud/devices` of `host`.
+pub fn commit(
+    host: &crate::host::Host,
+    write: &[FileWrite],
+    remove: &[PathBuf],
+) -> PersistResult<()> {
+    journal::of(host).commit(write, remove)
+}
+
+/// [`write_all_atomic`]; `durable` false skips the syncs (each file is still replaced whole,
+/// by a rename), for files whose durability the journal provides.
+pub(crate) fn write_files(files: &[FileWrite], durable: bool) -> PersistResult<()> {
     use std::os::unix::fs::OpenOptionsExt;
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut staged: Vec<(PathBuf, &Path, fs::File)> = Vec::with_capacity(files.len());
@@ -147,9 +173,12 @@ pub fn write_all_atomic(files: &[FileWrite]) -> PersistResult<()> {
             .open(&tmp)
             .map_err(io_err("creating", &tmp))
             .and_then(|mut f| {
-                // The mode exactly, whatever the umask (the unit sets UMask=0077).
-                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
-                    .map_err(io_err("setting the mode of", &tmp))?;
+                // The mode exactly, whatever the umask (the unit sets UMask=0077, which
+                // leaves 0600 as it is).
+                if file.mode != 0o600 {
+                    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
+                        .map_err(io_err("setting the mode of", &tmp))?;
+                }
                 f.write_all(&file.content)
                     .map_err(io_err("writing", &tmp))
                     .map(|()| f)
@@ -163,19 +192,31 @@ pub fn write_all_atomic(files: &[FileWrite]) -> PersistResult<()> {
             }
         }
     }
-    for (tmp, _, f) in &staged {
+    for (tmp, _, f) in staged.iter().filter(|_| durable) {
         if let Err(e) = f.sync_all() {
             cleanup(&staged);
             return Err(io_err("syncing", tmp)(e));
         }
     }
-    for (i, (tmp, path, _)) in staged.iter().enumerate() {
+    // Closed before the renames: a close after one would be an event on the file's new name.
+    let staged: Vec<(PathBuf, &Path)> = staged.into_iter().map(|(t, p, _)| (t, p)).collect();
+    let cleanup = |staged: &[(PathBuf, &Path)]| {
+        for (tmp, _) in staged {
+            let _ = fs::remove_file(tmp);
+        }
+    };
+    for (i, (tmp, path)) in staged.iter().enumerate() {
+        own_changes::note(path);
         if let Err(e) = fs::rename(tmp, path) {
+            own_changes::cancel(path);
             cleanup(&staged[i..]);
             return Err(io_err("renaming into place", path)(e));
         }
     }
-    sync_parents(staged.iter().map(|(_, path, _)| *path))
+    if !durable {
+        return Ok(());
+    }
+    sync_parents(staged.iter().map(|(_, path)| *path))
 }
 
 /// Syncs the directory of each path, each directory once.
@@ -207,19 +248,23 @@ pub fn remove_all_durable(paths: &[PathBuf]) -> PersistResult<()> {
 /// write there, or the next start's sweep). For files whose reappearance after a power cut is
 /// harmless, such as a closed intent whose replay finds the work done.
 pub fn remove_lazy(path: &Path) -> PersistResult<bool> {
+    own_changes::note(path);
     match fs::remove_file(path) {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(io_err("removing", path)(e)),
+        Err(e) => {
+            own_changes::cancel(path);
+            match e.kind() {
+                io::ErrorKind::NotFound => Ok(false),
+                _ => Err(io_err("removing", path)(e)),
+            }
+        }
     }
 }
 
 /// Removes `path` durably; a missing file is not an error. Returns whether it existed.
 pub fn remove_durable(path: &Path) -> PersistResult<bool> {
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(io_err("removing", path)(e)),
+    if !remove_lazy(path)? {
+        return Ok(false);
     }
     if let Some(dir) = path.parent() {
         sync_dir(dir)?;

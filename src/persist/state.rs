@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{remove_durable, write_atomic, PersistResult};
+use super::PersistResult;
 use crate::host::Host;
 
 /// The format version of device records.
@@ -85,10 +85,9 @@ pub fn path(host: &Host, uuid: &str) -> PathBuf {
     dir(host).join(format!("{uuid}.json"))
 }
 
-/// Writes a record atomically and durably.
+/// Writes a record atomically and durably (a commit of the journal).
 pub fn write(host: &Host, record: &DeviceRecord) -> PersistResult<()> {
-    let f = file(host, record);
-    write_atomic(&f.path, &f.content, f.mode)
+    super::commit(host, &[file(host, record)], &[])
 }
 
 /// The file [`write`] writes, for a batch ([`super::write_all_atomic`]).
@@ -102,9 +101,13 @@ pub fn file(host: &Host, record: &DeviceRecord) -> super::FileWrite {
     }
 }
 
-/// Removes a record; returns whether it existed.
+/// Removes a record durably (a commit of the journal); returns whether it existed.
 pub fn remove(host: &Host, uuid: &str) -> PersistResult<bool> {
-    remove_durable(&path(host, uuid))
+    let path = path(host, uuid);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return Ok(false);
+    }
+    super::commit(host, &[], &[path]).map(|()| true)
 }
 
 /// What a record is called in the log when one is bad.
