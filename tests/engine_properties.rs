@@ -400,6 +400,20 @@ fn read_trim(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_string())
 }
 
+/// A removed file kept for reuse (`persist::retire`): expected, and empty.
+fn spare(path: &Path, problems: &mut Vec<String>) -> bool {
+    let is_spare = path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(".spare.vgpud-tmp-"));
+    if is_spare && fs::metadata(path).map_or(0, |m| m.len()) != 0 {
+        problems.push(format!(
+            "a spare file that is not empty: {}",
+            path.display()
+        ));
+    }
+    is_spare
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut out: Vec<String> = fs::read_dir(dir)
         .map(|d| {
@@ -760,6 +774,9 @@ fn check_files(
     let mut recorded = BTreeSet::new();
     for name in names(&state.join("devices")) {
         let path = state.join("devices").join(&name);
+        if spare(&path, problems) {
+            continue;
+        }
         let Some(uuid) = name.strip_suffix(".json") else {
             problems.push(format!("unexpected file {}", path.display()));
             continue;
@@ -829,6 +846,9 @@ fn check_files(
     for parent in names(&defs) {
         for name in names(&defs.join(&parent)) {
             let path = defs.join(&parent).join(&name);
+            if spare(&path, problems) {
+                continue;
+            }
             let text = fs::read_to_string(&path).unwrap_or_default();
             match Definition::parse(&parent, &name, &text, &path) {
                 Ok(def) => {
@@ -863,6 +883,10 @@ fn check_files(
     let intents = names(&state.join("intents"));
     if !intents.is_empty() {
         problems.push(format!("intents left open: {intents:?}"));
+    }
+    let open = vgpud::persist::journal::of(&vgpud::host::Host::new(root)).open_intents();
+    if !open.is_empty() {
+        problems.push(format!("intents left open in the journal: {open:?}"));
     }
     for dir in [
         state.join("devices"),

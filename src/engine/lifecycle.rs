@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::admission::Reserve;
 use super::pci_devices::{Making, Outcome};
 use super::request::shorten;
 use super::{
@@ -105,13 +106,55 @@ impl Engine {
             },
         )?;
         let admission = self.admission(&candidates, req.parent.as_deref());
-        let turn = admission.wait_turn();
+        let mut turn = Some(admission.wait_turn());
         refusals.clear();
-        for (parent, ty) in open {
+        // GPUs whose room other requests had reserved when this one looked: looked at again,
+        // exactly, under their lock, before this request is refused.
+        let mut reserved_full: Vec<&(String, MdevType)> = Vec::new();
+        let mut second_look = false;
+        let mut queue: std::collections::VecDeque<&(String, MdevType)> = open.into_iter().collect();
+        while let Some(candidate) = queue.pop_front().or_else(|| {
+            if second_look {
+                return None;
+            }
+            second_look = true;
+            queue.extend(std::mem::take(&mut reserved_full));
+            queue.pop_front()
+        }) {
+            let (parent, ty) = (&candidate.0, &candidate.1);
             let Some(gpu_lock) = self.gpu_lock(parent) else {
                 continue;
             };
+            if turn.is_none() {
+                turn = Some(admission.wait_turn());
+            }
+            // A GPU that is its own mdev parent takes a reservation of its room while this
+            // request has the turn, and the turn passes on before the create, so the next
+            // request of the type goes ahead on another GPU meanwhile (first come, first
+            // served, and no GPU promised twice).
+            let reservation = if second_look {
+                None
+            } else {
+                match self.reserve_room(parent, ty)? {
+                    Reserve::Reserved(r) => {
+                        turn = None;
+                        Some(r)
+                    }
+                    Reserve::Taken => {
+                        reserved_full.push(candidate);
+                        continue;
+                    }
+                    Reserve::NotReservable => None,
+                }
+            };
             let held = lock(&gpu_lock);
+            if second_look && !self.unreserved_room(parent, ty)? {
+                refusals.push(Refusal {
+                    gpu: parent.clone(),
+                    reason: self.why_full(parent, ty),
+                });
+                continue;
+            }
             if self.offers_sriov_vgpu(parent) {
                 // A MIG-backed type needs a free GPU instance of its profile: one is made
                 // for it when none is (and destroyed with the device).
@@ -171,6 +214,8 @@ impl Engine {
                     return Err(e);
                 }
             };
+            // The kernel's count says it now.
+            drop(reservation);
             drop(held);
             match attempt {
                 Attempt::Created(dev) => {

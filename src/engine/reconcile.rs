@@ -244,6 +244,7 @@ impl Engine {
         if let Ok(parents) = std::fs::read_dir(&base) {
             dirs.extend(parents.flatten().map(|e| e.path()));
         }
+        persist::forget_spares(self.host.root());
         for dir in dirs {
             if let Err(e) = persist::sweep_temporaries(&dir) {
                 tracing::warn!(error = %e, "could not sweep temporary files");

@@ -174,7 +174,7 @@ impl Ops {
             }
         }
         for path in &self.remove {
-            if super::remove_lazy(path)? {
+            if super::retire(path)? {
                 if let Some(dir) = path.parent() {
                     dirty.dirs.insert(dir.to_path_buf());
                 }

@@ -164,25 +164,30 @@ pub(crate) fn write_files(files: &[FileWrite], durable: bool) -> PersistResult<(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.vgpud-tmp-{}-{n}", std::process::id()));
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(file.mode)
-            .open(&tmp)
-            .map_err(io_err("creating", &tmp))
-            .and_then(|mut f| {
-                // The mode exactly, whatever the umask (the unit sets UMask=0077, which
-                // leaves 0600 as it is).
-                if file.mode != 0o600 {
-                    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
-                        .map_err(io_err("setting the mode of", &tmp))?;
-                }
-                f.write_all(&file.content)
-                    .map_err(io_err("writing", &tmp))
-                    .map(|()| f)
-            });
+        let (tmp, opened) = match reuse_spare(dir) {
+            Some(spare) => spare,
+            None => {
+                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+                let tmp = dir.join(format!(".{name}.vgpud-tmp-{}-{n}", std::process::id()));
+                let opened = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(file.mode)
+                    .open(&tmp);
+                (tmp, opened)
+            }
+        };
+        let written = opened.map_err(io_err("creating", &tmp)).and_then(|mut f| {
+            // The mode exactly, whatever the umask (the unit sets UMask=0077, which
+            // leaves 0600 as it is).
+            if file.mode != 0o600 {
+                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
+                    .map_err(io_err("setting the mode of", &tmp))?;
+            }
+            f.write_all(&file.content)
+                .map_err(io_err("writing", &tmp))
+                .map(|()| f)
+        });
         match written {
             Ok(f) => staged.push((tmp, path, f)),
             Err(e) => {
@@ -217,6 +222,88 @@ pub(crate) fn write_files(files: &[FileWrite], durable: bool) -> PersistResult<(
         return Ok(());
     }
     sync_parents(staged.iter().map(|(_, path)| *path))
+}
+
+/// Files vgpud removed, kept under a temporary name to be written again instead of a new
+/// file, per directory: on ext4 a storm that creates and deletes a file per device makes
+/// every new inode's allocation scan past the recently deleted ones (`recently_deleted`),
+/// slower with each storm; a reused file allocates nothing. A spare is emptied when it is
+/// retired. At most [`MAX_SPARES`] per directory; the start's sweep removes them with the
+/// other temporary files.
+static SPARES: std::sync::Mutex<Vec<(PathBuf, Vec<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
+
+/// The most removed files kept for reuse in one directory.
+pub const MAX_SPARES: usize = 512;
+
+/// A spare file of `dir`, opened for writing and emptied, if there is one.
+fn reuse_spare(dir: &Path) -> Option<(PathBuf, io::Result<fs::File>)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    loop {
+        let spare = {
+            let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter_mut().find(|(d, _)| d == dir)?.1.pop()?
+        };
+        let opened = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+            .open(&spare);
+        match opened {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => return Some((spare, Ok(f))),
+            // Gone or replaced: take the next, or make a new file.
+            _ => continue,
+        }
+    }
+}
+
+/// Removes `path` as [`remove_lazy`] does, but keeps its file for reuse by a later write in
+/// the same directory (renamed to a temporary name) while the directory has fewer than
+/// [`MAX_SPARES`]. For the files the journal writes, whose removal it makes durable.
+pub(crate) fn retire(path: &Path) -> PersistResult<bool> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let Some(dir) = path.parent() else {
+        return remove_lazy(path);
+    };
+    let room = {
+        let all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter()
+            .find(|(d, _)| d == dir)
+            .is_none_or(|(_, s)| s.len() < MAX_SPARES)
+    };
+    if !room || !fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        return remove_lazy(path);
+    }
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let spare = dir.join(format!(".spare.vgpud-tmp-{}-{n}", std::process::id()));
+    own_changes::note(path);
+    match fs::rename(path, &spare) {
+        Ok(()) => {
+            // What the removed file said does not linger in its spare.
+            let _ = fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&spare);
+            let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+            match all.iter_mut().find(|(d, _)| d == dir) {
+                Some((_, s)) => s.push(spare),
+                None => all.push((dir.to_path_buf(), vec![spare])),
+            }
+            Ok(true)
+        }
+        Err(e) => {
+            own_changes::cancel(path);
+            match e.kind() {
+                io::ErrorKind::NotFound => Ok(false),
+                _ => Err(io_err("removing", path)(e)),
+            }
+        }
+    }
+}
+
+/// Forgets the spare files of every directory below `root` (the start's sweep removes them).
+pub(crate) fn forget_spares(root: &Path) {
+    let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(d, _)| !d.starts_with(root));
 }
 
 /// Syncs the directory of each path, each directory once.
