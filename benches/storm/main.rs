@@ -11,7 +11,8 @@
 //! 5. footprint: start to READY, idle RSS, and scan time as the host grows 1×, 4×, 16×.
 //!
 //! Run: `cargo bench --bench storm`. `VGPUD_BENCH_ROUNDS` (default 10) sets how many storms
-//! one daemon serves. The simulated sysfs lives on tmpfs (`/dev/shm`), as the real one lives
+//! one daemon serves; `VGPUD_BENCH_BASELINE=<a vgpud binary>` runs the same storms on it first,
+//! in the same run, for a comparison side by side. The simulated sysfs lives on tmpfs (`/dev/shm`), as the real one lives
 //! in memory; vgpud's durable files (`etc`, `var`) go to disk (`VGPUD_BENCH_DISK`, default the
 //! system's temporary directory), so the storm pays for real syncs; the file system of each is
 //! reported.
@@ -100,13 +101,31 @@ impl Drop for Daemon {
 }
 
 /// Starts vgpud and waits for READY=1 on a notify socket of our own: (daemon, ms to READY).
+/// The vgpud the storms run instead of this build's (the baseline's, for a while).
+static DAEMON: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// The vgpud the storm runs: this build's, unless a baseline is being measured.
+fn daemon_bin() -> PathBuf {
+    DAEMON
+        .lock()
+        .ok()
+        .and_then(|d| d.clone())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vgpud")))
+}
+
+fn set_daemon(path: Option<PathBuf>) {
+    if let Ok(mut d) = DAEMON.lock() {
+        *d = path;
+    }
+}
+
 fn start_daemon(root: &Path, bus: &Bus, dir: &Path) -> (Daemon, f64) {
     let notify = dir.join(format!("notify-{}", uuid::Uuid::new_v4()));
     let sock = UnixDatagram::bind(&notify).expect("notify socket");
     sock.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_vgpud"))
+    let child = Command::new(daemon_bin())
         .arg("--root")
         .arg(root)
         .arg("--simulate")
@@ -551,6 +570,14 @@ fn main() {
     // VGPUD_BENCH_ONLY=storm|packing runs one part (while working on it).
     let only = std::env::var("VGPUD_BENCH_ONLY").unwrap_or_default();
     if only.is_empty() || only == "storm" {
+        // VGPUD_BENCH_BASELINE=<another vgpud binary>: its storms first, in the same run.
+        if let Some(baseline) = std::env::var_os("VGPUD_BENCH_BASELINE") {
+            println!("== baseline: {}", Path::new(&baseline).display());
+            set_daemon(Some(PathBuf::from(&baseline)));
+            bus_sections(rounds);
+            set_daemon(None);
+            println!("== this build");
+        }
         let (ready_ms, idle_rss, vgpud_ms_per_call) = bus_sections(rounds);
         if only.is_empty() {
             mdevctl_section(vgpud_ms_per_call);
