@@ -99,34 +99,29 @@ const NODE_LIMIT: u64 = 3_000_000;
 /// given per day and as their median.
 const SEEDS: [u64; 3] = [20261130, 20261201, 20261202];
 
-/// The most framebuffer (GiB) the requests want at once, sampled every quarter hour.
-fn peak_gib(requests: &[trace::Request]) -> u64 {
+/// The most of `want` the requests ask for at once, sampled every quarter hour.
+fn peak(requests: &[trace::Request], want: impl Fn(&trace::Request) -> f64) -> f64 {
     (0..96)
         .map(|w| {
             let t = w as f64 / 4.0 + 0.125;
             requests
                 .iter()
                 .filter(|r| r.start <= t && t < r.end)
-                .map(|r| r.framebuffer_gib)
-                .sum::<u64>()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// The most GPUs the requests want at once, sampled every quarter hour: a device of a type
-/// with maximum `m` per GPU takes at least `1/m` of one (a 1 GiB device 1/32 of 48 GiB).
-fn peak_gpus(requests: &[trace::Request]) -> f64 {
-    (0..96)
-        .map(|w| {
-            let t = w as f64 / 4.0 + 0.125;
-            requests
-                .iter()
-                .filter(|r| r.start <= t && t < r.end)
-                .map(|r| 1.0 / f64::from(r.max_per_gpu))
+                .map(&want)
                 .sum::<f64>()
         })
         .fold(0.0, f64::max)
+}
+
+/// The most framebuffer (GiB) the requests want at once.
+fn peak_gib(requests: &[trace::Request]) -> u64 {
+    peak(requests, |r| r.framebuffer_gib as f64) as u64
+}
+
+/// The most GPUs the requests want at once: a device of a type with maximum `m` per GPU
+/// takes at least `1/m` of one (a 1 GiB device 1/32 of 48 GiB).
+fn peak_gpus(requests: &[trace::Request]) -> f64 {
+    peak(requests, |r| 1.0 / f64::from(r.max_per_gpu))
 }
 
 const POLICIES: [(&str, Option<Policy>); 3] = [

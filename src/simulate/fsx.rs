@@ -260,23 +260,25 @@ pub(crate) fn read_opt(path: &Path) -> Option<String> {
 
 /// Names of the entries of a directory, sorted; empty when it does not exist.
 pub(crate) fn list(path: &Path) -> io::Result<Vec<String>> {
-    let entries = match fs::read_dir(path) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        names.push(entry?.file_name().to_string_lossy().into_owned());
-    }
-    names.sort();
-    Ok(names)
+    list_where(path, |_| Ok(true))
 }
 
 /// Names of the entries of a directory that are directories (links followed), sorted; empty
 /// when it does not exist. Uses the entries' types from the directory listing, so it costs no
 /// `stat` per entry where the file system reports them.
 pub(crate) fn list_dirs(path: &Path) -> io::Result<Vec<String>> {
+    list_where(path, |entry| {
+        let kind = entry.file_type()?;
+        Ok(kind.is_dir() || (kind.is_symlink() && entry.path().is_dir()))
+    })
+}
+
+/// Names of the entries of a directory that `keep` keeps, sorted; empty when it does not
+/// exist.
+fn list_where(
+    path: &Path,
+    keep: impl Fn(&fs::DirEntry) -> io::Result<bool>,
+) -> io::Result<Vec<String>> {
     let entries = match fs::read_dir(path) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -285,8 +287,7 @@ pub(crate) fn list_dirs(path: &Path) -> io::Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in entries {
         let entry = entry?;
-        let kind = entry.file_type()?;
-        if kind.is_dir() || (kind.is_symlink() && entry.path().is_dir()) {
+        if keep(&entry)? {
             names.push(entry.file_name().to_string_lossy().into_owned());
         }
     }

@@ -717,37 +717,16 @@ pub async fn section(w: &mut World, r: &mut Report) {
             vgpud_round(w, &conns, room, round, &mut f, &mut bad).await;
         }
     }
-    let show = |s: &Option<String>| s.clone().unwrap_or_default();
-    r.check(
-        "storm.vgpud_made_n",
-        bad.vgpud_made.is_none(),
-        show(&bad.vgpud_made),
-    );
-    r.check(
-        "storm.vgpud_removed_all",
-        bad.vgpud_removed.is_none(),
-        show(&bad.vgpud_removed),
-    );
-    r.check(
-        "storm.mdevctl_made_n",
-        bad.mdevctl_made.is_none(),
-        show(&bad.mdevctl_made),
-    );
-    r.check(
-        "storm.mdevctl_removed_all",
-        bad.mdevctl_removed.is_none(),
-        show(&bad.mdevctl_removed),
-    );
-    r.check(
-        "storm.kernel_direct",
-        bad.kernel.is_none(),
-        show(&bad.kernel),
-    );
-    r.check(
-        "storm.vgpud_restarts",
-        bad.restart.is_none(),
-        show(&bad.restart),
-    );
+    for (name, problem) in [
+        ("storm.vgpud_made_n", &bad.vgpud_made),
+        ("storm.vgpud_removed_all", &bad.vgpud_removed),
+        ("storm.mdevctl_made_n", &bad.mdevctl_made),
+        ("storm.mdevctl_removed_all", &bad.mdevctl_removed),
+        ("storm.kernel_direct", &bad.kernel),
+        ("storm.vgpud_restarts", &bad.restart),
+    ] {
+        r.check(name, problem.is_none(), problem.clone().unwrap_or_default());
+    }
     let end = w.mtty_available().await;
     r.check(
         "storm.end_state",
