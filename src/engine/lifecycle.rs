@@ -108,139 +108,158 @@ impl Engine {
         let admission = self.admission(&candidates, req.parent.as_deref());
         let mut turn = Some(admission.wait_turn());
         refusals.clear();
-        // GPUs whose room other requests had reserved when this one looked: looked at again,
-        // exactly, under their lock, before this request is refused.
-        let mut reserved_full: Vec<&(String, MdevType)> = Vec::new();
+        // Two passes: the second looks again, exactly and under their lock, at the GPUs whose
+        // room other requests had reserved when the first looked, before a refusal.
+        let mut pass = open;
         let mut second_look = false;
-        let mut queue: std::collections::VecDeque<&(String, MdevType)> = open.into_iter().collect();
-        while let Some(candidate) = queue.pop_front().or_else(|| {
-            if second_look {
-                return None;
-            }
-            second_look = true;
-            queue.extend(std::mem::take(&mut reserved_full));
-            queue.pop_front()
-        }) {
-            let (parent, ty) = (&candidate.0, &candidate.1);
-            let Some(gpu_lock) = self.gpu_lock(parent) else {
-                continue;
-            };
-            if turn.is_none() {
-                turn = Some(admission.wait_turn());
-            }
-            // A GPU that is its own mdev parent takes a reservation of its room while this
-            // request has the turn, and the turn passes on before the create, so the next
-            // request of the type goes ahead on another GPU meanwhile (first come, first
-            // served, and no GPU promised twice).
-            let reservation = if second_look {
-                None
-            } else {
-                match self.reserve_room(parent, ty)? {
-                    Reserve::Reserved(r) => {
-                        turn = None;
-                        Some(r)
-                    }
-                    Reserve::Taken => {
-                        reserved_full.push(candidate);
-                        continue;
-                    }
-                    Reserve::NotReservable => None,
-                }
-            };
-            let held = lock(&gpu_lock);
-            if second_look && !self.unreserved_room(parent, ty)? {
-                refusals.push(Refusal {
-                    gpu: parent.clone(),
-                    reason: self.why_full(parent, ty),
-                });
-                continue;
-            }
-            if self.offers_sriov_vgpu(parent) {
-                // A MIG-backed type needs a free GPU instance of its profile: one is made
-                // for it when none is (and destroyed with the device).
-                let made_instance = match sriov_type_number(ty)
-                    .map(|n| self.instance_for_vgpu(parent, n, req.create_instance))
-                    .transpose()
-                {
-                    Ok(made) => made.flatten(),
-                    Err(e) => {
-                        refusals.push(Refusal {
-                            gpu: parent.clone(),
-                            reason: e.to_string(),
-                        });
-                        continue;
-                    }
+        loop {
+            let mut reserved_full: Vec<&(String, MdevType)> = Vec::new();
+            for candidate in pass {
+                let (parent, ty) = (&candidate.0, &candidate.1);
+                let Some(gpu_lock) = self.gpu_lock(parent) else {
+                    continue;
                 };
-                let assigned = self.assign_vf(parent, ty, &Making::from_request(&uuid, req));
-                match (&assigned, &made_instance) {
-                    (Ok(Outcome::Made(_)), Some(made)) => {
-                        self.record_instance_for(parent, made, &uuid);
-                        self.refresh_nvidia(parent, false);
-                    }
-                    (Ok(Outcome::Made(_)), None) => {
-                        if self
-                            .mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0))
-                            .is_some()
-                        {
-                            self.refresh_nvidia(parent, false);
-                        }
-                    }
-                    (_, Some(made)) => self.drop_instance(parent, made),
-                    (_, None) => {}
+                if turn.is_none() {
+                    turn = Some(admission.wait_turn());
                 }
-                match assigned {
-                    Ok(Outcome::Made(info)) => {
-                        drop(held);
-                        drop(turn);
-                        self.close_intent(&uuid);
-                        claim.finish(Some(info.clone()));
-                        return Ok(info);
-                    }
-                    Ok(Outcome::Refused(reason)) => refusals.push(Refusal {
-                        gpu: parent.clone(),
-                        reason,
-                    }),
-                    Err(e) => {
-                        self.close_intent(&uuid);
-                        return Err(e);
-                    }
-                }
-                continue;
-            }
-            let attempt = match self.try_create_on(parent, ty, &uuid, req) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.close_intent(&uuid);
-                    return Err(e);
-                }
-            };
-            // The kernel's count says it now.
-            drop(reservation);
-            drop(held);
-            match attempt {
-                Attempt::Created(dev) => {
-                    drop(turn);
-                    let mdev_parent = dev.parent.clone();
-                    let info = match self.persist_created(dev, req) {
-                        Ok(info) => info,
+                // A GPU that is its own mdev parent takes a reservation of its room while this
+                // request has the turn, and the turn passes on before the create, so the next
+                // request of the type goes ahead on another GPU meanwhile (first come, first
+                // served, and no GPU promised twice).
+                let reservation = if second_look {
+                    None
+                } else {
+                    let look = match self.reserve_room(parent, ty) {
+                        Ok(look) => look,
                         Err(e) => {
-                            let gpu_lock = self.gpu_lock(parent);
-                            let _held = gpu_lock.as_ref().map(|l| lock(l));
-                            self.undo_create(&uuid);
-                            self.forget_persisted(&mdev_parent, &uuid);
                             self.close_intent(&uuid);
                             return Err(e);
                         }
                     };
-                    self.close_intent(&uuid);
-                    claim.finish(Some(info.clone()));
-                    return Ok(info);
+                    match look {
+                        Reserve::Reserved(r) => {
+                            turn = None;
+                            Some(r)
+                        }
+                        Reserve::Taken => {
+                            reserved_full.push(candidate);
+                            continue;
+                        }
+                        Reserve::NotReservable => None,
+                    }
+                };
+                let held = lock(&gpu_lock);
+                let room = if second_look {
+                    self.unreserved_room(parent, ty)
+                } else {
+                    Ok(true)
+                };
+                let room = match room {
+                    Ok(room) => room,
+                    Err(e) => {
+                        self.close_intent(&uuid);
+                        return Err(e);
+                    }
+                };
+                if !room {
+                    refusals.push(Refusal {
+                        gpu: parent.clone(),
+                        reason: self.why_full(parent, ty),
+                    });
+                    continue;
                 }
-                Attempt::Refused(reason) => refusals.push(Refusal {
-                    gpu: parent.clone(),
-                    reason,
-                }),
+                if self.offers_sriov_vgpu(parent) {
+                    // A MIG-backed type needs a free GPU instance of its profile: one is made
+                    // for it when none is (and destroyed with the device).
+                    let made_instance = match sriov_type_number(ty)
+                        .map(|n| self.instance_for_vgpu(parent, n, req.create_instance))
+                        .transpose()
+                    {
+                        Ok(made) => made.flatten(),
+                        Err(e) => {
+                            refusals.push(Refusal {
+                                gpu: parent.clone(),
+                                reason: e.to_string(),
+                            });
+                            continue;
+                        }
+                    };
+                    let assigned = self.assign_vf(parent, ty, &Making::from_request(&uuid, req));
+                    match (&assigned, &made_instance) {
+                        (Ok(Outcome::Made(_)), Some(made)) => {
+                            self.record_instance_for(parent, made, &uuid);
+                            self.refresh_nvidia(parent, false);
+                        }
+                        (Ok(Outcome::Made(_)), None) => {
+                            if self
+                                .mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0))
+                                .is_some()
+                            {
+                                self.refresh_nvidia(parent, false);
+                            }
+                        }
+                        (_, Some(made)) => self.drop_instance(parent, made),
+                        (_, None) => {}
+                    }
+                    match assigned {
+                        Ok(Outcome::Made(info)) => {
+                            drop(held);
+                            drop(turn);
+                            self.close_intent(&uuid);
+                            claim.finish(Some(info.clone()));
+                            return Ok(info);
+                        }
+                        Ok(Outcome::Refused(reason)) => refusals.push(Refusal {
+                            gpu: parent.clone(),
+                            reason,
+                        }),
+                        Err(e) => {
+                            self.close_intent(&uuid);
+                            return Err(e);
+                        }
+                    }
+                    continue;
+                }
+                let attempt = match self.try_create_on(parent, ty, &uuid, req) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.close_intent(&uuid);
+                        return Err(e);
+                    }
+                };
+                // The kernel's count says it now.
+                drop(reservation);
+                drop(held);
+                match attempt {
+                    Attempt::Created(dev) => {
+                        drop(turn);
+                        let mdev_parent = dev.parent.clone();
+                        let info = match self.persist_created(dev, req) {
+                            Ok(info) => info,
+                            Err(e) => {
+                                let gpu_lock = self.gpu_lock(parent);
+                                let _held = gpu_lock.as_ref().map(|l| lock(l));
+                                self.undo_create(&uuid);
+                                self.forget_persisted(&mdev_parent, &uuid);
+                                self.close_intent(&uuid);
+                                return Err(e);
+                            }
+                        };
+                        self.close_intent(&uuid);
+                        claim.finish(Some(info.clone()));
+                        return Ok(info);
+                    }
+                    Attempt::Refused(reason) => refusals.push(Refusal {
+                        gpu: parent.clone(),
+                        reason,
+                    }),
+                }
             }
+            if second_look || reserved_full.is_empty() {
+                break;
+            }
+            second_look = true;
+            pass = reserved_full;
         }
         self.close_intent(&uuid);
         Err(EngineError::NoCapacity {
