@@ -138,3 +138,60 @@ fn own(
     }
     crate::persist::own_changes::take(&dir.join(&*name))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::{self, FileWrite};
+
+    /// Every event of `inotify` read so far: (event, whether vgpud made it).
+    fn drain(
+        inotify: &Inotify,
+        dirs: &std::collections::HashMap<nix::sys::inotify::WatchDescriptor, PathBuf>,
+    ) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        while let Ok(events) = inotify.read_events() {
+            for e in &events {
+                out.push((format!("{:?} {:?}", e.name, e.mask), own(e, dirs)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn vgpuds_own_writes_wake_nothing_and_anyone_elses_do() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = dir.path().join("etc/mdevctl.d");
+        let parent = base.join("mtty");
+        std::fs::create_dir_all(&parent).expect("dirs");
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).expect("init");
+        crate::persist::own_changes::watching(&base);
+        let mut dirs = std::collections::HashMap::new();
+        dirs.insert(inotify.add_watch(&base, MASK).expect("watch"), base.clone());
+        watch_children(&inotify, &base, &mut dirs);
+        let def = parent.join("a1b2c3d4-0000-4000-8000-00000000000a");
+        let write = || {
+            persist::write_files(
+                &[FileWrite {
+                    path: def.clone(),
+                    content: b"{}".to_vec(),
+                    mode: 0o644,
+                }],
+                false,
+            )
+            .expect("write")
+        };
+        // A new file, a removal kept as a spare, a write that reuses it, a replacement.
+        write();
+        persist::retire(&def).expect("retire");
+        write();
+        write();
+        let events = drain(&inotify, &dirs);
+        assert!(!events.is_empty());
+        assert!(events.iter().all(|(_, own)| *own), "{events:?}");
+        // mdevctl or an operator writing the file.
+        std::fs::write(&def, "{ }").expect("foreign write");
+        let events = drain(&inotify, &dirs);
+        assert!(events.iter().any(|(_, own)| !own), "{events:?}");
+    }
+}
