@@ -1,0 +1,642 @@
+//! The one client of vgpud's D-Bus API, `org.vgpud1`: raw proxies of every interface
+//! ([`proxy`]), typed rows ([`model`]), the errors as an enum ([`Error`]), options
+//! ([`Options`]) and the signal stream ([`Event`]). The libvirt hook, the tests, the
+//! benchmarks, the real-kernel driver and vgpuctl all use it.
+
+pub mod error;
+pub mod model;
+pub mod paths;
+pub mod proxy;
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use zbus::{Connection, OwnedObjectPath, Variant};
+
+pub use error::{Error, ErrorClass, Result};
+pub use model::*;
+pub use proxy::{DeviceProxy, GpuProxy, LayoutsProxy, ManagerProxy, NvidiaProxy, Opts};
+
+/// The bus name vgpud owns.
+pub const BUS_NAME: &str = "org.vgpud1";
+
+/// An option value of a call's `a{sv}`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionValue {
+    /// `s`
+    Str(String),
+    /// `b`
+    Bool(bool),
+    /// `u`
+    U32(u32),
+    /// `t`
+    U64(u64),
+    /// `i`
+    I32(i32),
+}
+
+/// The options of a call (`a{sv}`), built up by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options(Vec<(String, OptionValue)>);
+
+impl Options {
+    /// No options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a string option.
+    pub fn str(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.0.push((key.into(), OptionValue::Str(value.into())));
+        self
+    }
+    /// Adds a string option if there is one.
+    pub fn str_opt(self, key: &str, value: Option<impl Into<String>>) -> Self {
+        match value {
+            Some(v) => self.str(key, v),
+            None => self,
+        }
+    }
+    /// Adds a boolean option.
+    pub fn bool(mut self, key: &str, value: bool) -> Self {
+        self.0.push((key.into(), OptionValue::Bool(value)));
+        self
+    }
+    /// Adds a boolean option if there is one.
+    pub fn bool_opt(self, key: &str, value: Option<bool>) -> Self {
+        match value {
+            Some(v) => self.bool(key, v),
+            None => self,
+        }
+    }
+    /// Adds a `u` option.
+    pub fn u32(mut self, key: &str, value: u32) -> Self {
+        self.0.push((key.into(), OptionValue::U32(value)));
+        self
+    }
+    /// Adds a `u` option if there is one.
+    pub fn u32_opt(self, key: &str, value: Option<u32>) -> Self {
+        match value {
+            Some(v) => self.u32(key, v),
+            None => self,
+        }
+    }
+    /// Adds a `t` option.
+    pub fn u64(mut self, key: &str, value: u64) -> Self {
+        self.0.push((key.into(), OptionValue::U64(value)));
+        self
+    }
+    /// Adds an `i` option.
+    pub fn i32(mut self, key: &str, value: i32) -> Self {
+        self.0.push((key.into(), OptionValue::I32(value)));
+        self
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// The options as the proxies send them.
+    pub fn to_opts(&self) -> Opts<'_> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    OptionValue::Str(s) => Variant::from(s.as_str()),
+                    OptionValue::Bool(b) => Variant::from(*b),
+                    OptionValue::U32(n) => Variant::from(*n),
+                    OptionValue::U64(n) => Variant::from(*n),
+                    OptionValue::I32(n) => Variant::from(*n),
+                };
+                (k.as_str(), v)
+            })
+            .collect()
+    }
+}
+
+/// Which bus to reach vgpud on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusChoice {
+    /// The system bus (`DBUS_SYSTEM_BUS_ADDRESS` is honoured).
+    System,
+    /// The session bus.
+    Session,
+    /// A bus address (`unix:path=...`).
+    Address(String),
+}
+
+/// A connection to vgpud with a proxy of each singleton interface.
+#[derive(Clone)]
+pub struct Client {
+    conn: Connection,
+    manager: ManagerProxy<'static>,
+    nvidia: NvidiaProxy<'static>,
+    layouts: LayoutsProxy<'static>,
+}
+
+/// One notice from vgpud: a signal, decoded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// `DeviceCreated`.
+    DeviceCreated {
+        /// UUID.
+        uuid: String,
+        /// Object.
+        path: String,
+    },
+    /// `DeviceRemoved`.
+    DeviceRemoved {
+        /// UUID.
+        uuid: String,
+        /// Object.
+        path: String,
+    },
+    /// `DeviceDrift`: something happened behind vgpud's back.
+    DeviceDrift {
+        /// UUID.
+        uuid: String,
+        /// `removed-externally`, `repaired`, ...
+        kind: String,
+        /// Detail.
+        detail: String,
+    },
+    /// `GpuDrift`: a GPU instance another tool made or destroyed.
+    GpuDrift {
+        /// GPU.
+        gpu: String,
+        /// `gpu-instance-created-externally`, ...
+        kind: String,
+        /// Detail.
+        detail: String,
+    },
+    /// `PropertiesChanged` of a GPU or device object.
+    PropertiesChanged {
+        /// Object.
+        path: String,
+        /// Interface.
+        interface: String,
+        /// The changed properties and their new values.
+        changed: BTreeMap<String, serde_json::Value>,
+    },
+}
+
+impl Event {
+    /// Decodes a signal of vgpud's; `None` for one that is not an event above.
+    pub fn from_message(msg: &zbus::Message) -> Option<Event> {
+        let header = msg.header();
+        let member = header.member()?.as_str().to_string();
+        let interface = header.interface()?.as_str().to_string();
+        let path = header.path()?.as_str().to_string();
+        let body = msg.body();
+        match (interface.as_str(), member.as_str()) {
+            ("org.vgpud1.Manager", "DeviceCreated") => {
+                let (uuid, path): (String, OwnedObjectPath) = body.deserialize().ok()?;
+                Some(Event::DeviceCreated {
+                    uuid,
+                    path: path.to_string(),
+                })
+            }
+            ("org.vgpud1.Manager", "DeviceRemoved") => {
+                let (uuid, path): (String, OwnedObjectPath) = body.deserialize().ok()?;
+                Some(Event::DeviceRemoved {
+                    uuid,
+                    path: path.to_string(),
+                })
+            }
+            ("org.vgpud1.Manager", "DeviceDrift") => {
+                let (uuid, kind, detail): (String, String, String) = body.deserialize().ok()?;
+                Some(Event::DeviceDrift { uuid, kind, detail })
+            }
+            ("org.vgpud1.Manager", "GpuDrift") => {
+                let (gpu, kind, detail): (String, String, String) = body.deserialize().ok()?;
+                Some(Event::GpuDrift { gpu, kind, detail })
+            }
+            ("org.freedesktop.DBus.Properties", "PropertiesChanged") => {
+                let (iface, changed, _invalidated): (String, proxy::Dict, Vec<String>) =
+                    body.deserialize().ok()?;
+                Some(Event::PropertiesChanged {
+                    path,
+                    interface: iface,
+                    changed: model::dict_to_json(&changed),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Client {
+    /// Connects to vgpud on a bus.
+    pub async fn connect(bus: &BusChoice) -> Result<Self> {
+        let conn = match bus {
+            BusChoice::System => Connection::system().await?,
+            BusChoice::Session => Connection::session().await?,
+            BusChoice::Address(a) => {
+                zbus::connection::Builder::address(a.as_str())
+                    .build()
+                    .await?
+            }
+        };
+        Self::from_connection(conn).await
+    }
+
+    /// A client over an existing connection.
+    pub async fn from_connection(conn: Connection) -> Result<Self> {
+        Ok(Client {
+            manager: ManagerProxy::new(&conn).await?,
+            nvidia: NvidiaProxy::new(&conn).await?,
+            layouts: LayoutsProxy::new(&conn).await?,
+            conn,
+        })
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+    /// The raw `org.vgpud1.Manager` proxy.
+    pub fn manager(&self) -> &ManagerProxy<'static> {
+        &self.manager
+    }
+    /// The raw `org.vgpud1.Nvidia` proxy.
+    pub fn nvidia(&self) -> &NvidiaProxy<'static> {
+        &self.nvidia
+    }
+    /// The raw `org.vgpud1.Layouts` proxy.
+    pub fn layouts(&self) -> &LayoutsProxy<'static> {
+        &self.layouts
+    }
+
+    /// A GPU object's proxy that reads every property afresh.
+    pub async fn gpu_proxy(&self, address: &str) -> Result<GpuProxy<'static>> {
+        gpu_proxy(&self.conn, address).await
+    }
+    /// A device object's proxy that reads every property afresh.
+    pub async fn device_proxy(&self, uuid: &str) -> Result<DeviceProxy<'static>> {
+        device_proxy(&self.conn, uuid).await
+    }
+
+    /// `ListGpus`.
+    pub async fn list_gpus(&self) -> Result<Vec<GpuSummary>> {
+        Ok(self
+            .manager
+            .list_gpus()
+            .await?
+            .into_iter()
+            .map(|(address, model, driver, modes, path)| GpuSummary {
+                address,
+                model,
+                driver,
+                sharing_modes: modes
+                    .split(',')
+                    .filter(|m| !m.is_empty())
+                    .map(String::from)
+                    .collect(),
+                path: path.to_string(),
+            })
+            .collect())
+    }
+
+    /// `ListTypes`.
+    pub async fn list_types(&self) -> Result<Vec<TypeSummary>> {
+        Ok(self
+            .manager
+            .list_types()
+            .await?
+            .into_iter()
+            .map(
+                |(gpu, id, name, framebuffer, max_instances, available)| TypeSummary {
+                    gpu,
+                    id,
+                    name,
+                    framebuffer,
+                    max_instances,
+                    available,
+                },
+            )
+            .collect())
+    }
+
+    /// `ListDevices`.
+    pub async fn list_devices(&self) -> Result<Vec<DeviceSummary>> {
+        Ok(self
+            .manager
+            .list_devices()
+            .await?
+            .into_iter()
+            .map(|(uuid, gpu, type_id, owner, path)| DeviceSummary {
+                uuid,
+                gpu,
+                type_id,
+                owner,
+                path: path.to_string(),
+            })
+            .collect())
+    }
+
+    /// Every property of a GPU object.
+    pub async fn gpu(&self, address: &str) -> Result<GpuDetails> {
+        let p = self.gpu_proxy(address).await?;
+        let (mig_current, mig_pending) = p.mig_mode().await?;
+        Ok(GpuDetails {
+            address: p.address().await?,
+            model: p.model().await?,
+            vendor_id: p.vendor_id().await?,
+            device_id: p.device_id().await?,
+            driver: p.driver().await?,
+            iommu_group: p.iommu_group().await?,
+            numa_node: p.numa_node().await?,
+            sharing_modes: p.sharing_modes().await?,
+            types: p.types().await?,
+            devices: p.devices().await?.iter().map(|d| d.to_string()).collect(),
+            total_vfs: p.total_vfs().await?,
+            num_vfs: p.num_vfs().await?,
+            vfs: p.vfs().await?,
+            heterogeneous_mode: p.heterogeneous_mode().await?,
+            mig_current,
+            mig_pending,
+            gpu_instances: p
+                .gpu_instances()
+                .await?
+                .into_iter()
+                .map(GpuInstance::from)
+                .collect(),
+            scheduler: model::dict_to_json(&p.scheduler().await?),
+        })
+    }
+
+    /// Every property of a device object.
+    pub async fn device(&self, uuid: &str) -> Result<DeviceDetails> {
+        let p = self.device_proxy(uuid).await?;
+        let gpu_path = p.parent_gpu().await?;
+        let gpu = gpu_path
+            .as_str()
+            .rsplit('/')
+            .next()
+            .and_then(paths::unescape_segment)
+            .unwrap_or_default();
+        Ok(DeviceDetails {
+            uuid: p.uuid().await?,
+            kind: p.kind().await?,
+            parent: p.parent().await?,
+            gpu,
+            address: p.address().await?,
+            functions: p.functions().await?,
+            type_id: p.type_id().await?,
+            type_name: p.type_name().await?,
+            owner: p.owner().await?,
+            iommu_group: p.iommu_group().await?,
+            attributes: p.attributes().await?,
+            active: p.active().await?,
+            persistent: p.persistent().await?,
+            autostart: p.autostart().await?,
+            created: p.created().await?,
+        })
+    }
+
+    /// `CreateDevice`: the new device's UUID and object.
+    pub async fn create_device(&self, ty: &str, options: &Options) -> Result<(String, String)> {
+        let (uuid, path) = self.manager.create_device(ty, options.to_opts()).await?;
+        Ok((uuid, path.to_string()))
+    }
+    /// `RemoveDevice`.
+    pub async fn remove_device(&self, uuid: &str, options: &Options) -> Result<()> {
+        Ok(self.manager.remove_device(uuid, options.to_opts()).await?)
+    }
+    /// `StartDevice`.
+    pub async fn start_device(&self, uuid: &str, options: &Options) -> Result<()> {
+        Ok(self.manager.start_device(uuid, options.to_opts()).await?)
+    }
+    /// `StopDevice`.
+    pub async fn stop_device(&self, uuid: &str, options: &Options) -> Result<()> {
+        Ok(self.manager.stop_device(uuid, options.to_opts()).await?)
+    }
+    /// `ModifyDevice`.
+    pub async fn modify_device(&self, uuid: &str, options: &Options) -> Result<()> {
+        Ok(self.manager.modify_device(uuid, options.to_opts()).await?)
+    }
+    /// `AttachDevice`.
+    pub async fn attach_device(&self, uuid: &str, domain: &str, options: &Options) -> Result<()> {
+        Ok(self
+            .manager
+            .attach_device(uuid, domain, options.to_opts())
+            .await?)
+    }
+    /// `DetachDevice`.
+    pub async fn detach_device(&self, uuid: &str, domain: &str, options: &Options) -> Result<()> {
+        Ok(self
+            .manager
+            .detach_device(uuid, domain, options.to_opts())
+            .await?)
+    }
+    /// `RenderDomain`: the domain XML.
+    pub async fn render_domain(
+        &self,
+        name: &str,
+        uuids: &[&str],
+        options: &Options,
+    ) -> Result<String> {
+        Ok(self
+            .manager
+            .render_domain(name, uuids, options.to_opts())
+            .await?)
+    }
+    /// `GetHostdevXml`.
+    pub async fn hostdev_xml(&self, uuid: &str) -> Result<String> {
+        Ok(self.manager.get_hostdev_xml(uuid).await?)
+    }
+    /// `RenderHostdevXml`.
+    pub async fn render_hostdev_xml(&self, uuid: &str, options: &Options) -> Result<String> {
+        Ok(self
+            .manager
+            .render_hostdev_xml(uuid, options.to_opts())
+            .await?)
+    }
+    /// `GetCapacity`.
+    pub async fn capacity(&self, ty: &str, options: &Options) -> Result<u32> {
+        Ok(self.manager.get_capacity(ty, options.to_opts()).await?)
+    }
+    /// `GetTypeInfo`, as JSON values in key order.
+    pub async fn type_info(
+        &self,
+        ty: &str,
+        options: &Options,
+    ) -> Result<BTreeMap<String, serde_json::Value>> {
+        let d = self.manager.get_type_info(ty, options.to_opts()).await?;
+        Ok(model::dict_to_json(&d))
+    }
+    /// `SetVfCount`: how many VFs are enabled now.
+    pub async fn set_vf_count(&self, gpu: &str, count: u32, options: &Options) -> Result<u32> {
+        Ok(self
+            .manager
+            .set_vf_count(gpu, count, options.to_opts())
+            .await?)
+    }
+    /// `SetHeterogeneousMode`.
+    pub async fn set_heterogeneous_mode(
+        &self,
+        gpu: &str,
+        enabled: bool,
+        options: &Options,
+    ) -> Result<()> {
+        Ok(self
+            .manager
+            .set_heterogeneous_mode(gpu, enabled, options.to_opts())
+            .await?)
+    }
+    /// The `Version` property.
+    pub async fn version(&self) -> Result<String> {
+        Ok(self.manager.version().await?)
+    }
+    /// The `Simulated` property.
+    pub async fn simulated(&self) -> Result<bool> {
+        Ok(self.manager.simulated().await?)
+    }
+
+    /// `ListMigProfiles`.
+    pub async fn mig_profiles(&self, gpu: &str) -> Result<Vec<MigProfile>> {
+        Ok(self
+            .nvidia
+            .list_mig_profiles(gpu)
+            .await?
+            .into_iter()
+            .map(MigProfile::from)
+            .collect())
+    }
+    /// `SetMigMode`: (current, pending).
+    pub async fn set_mig_mode(
+        &self,
+        gpu: &str,
+        enabled: bool,
+        options: &Options,
+    ) -> Result<(bool, bool)> {
+        Ok(self
+            .nvidia
+            .set_mig_mode(gpu, enabled, options.to_opts())
+            .await?)
+    }
+    /// `CreateGpuInstance`: the instance's id.
+    pub async fn create_gpu_instance(
+        &self,
+        gpu: &str,
+        profile: &str,
+        options: &Options,
+    ) -> Result<u32> {
+        Ok(self
+            .nvidia
+            .create_gpu_instance(gpu, profile, options.to_opts())
+            .await?)
+    }
+    /// `DestroyGpuInstance`.
+    pub async fn destroy_gpu_instance(&self, gpu: &str, id: u32, options: &Options) -> Result<()> {
+        Ok(self
+            .nvidia
+            .destroy_gpu_instance(gpu, id, options.to_opts())
+            .await?)
+    }
+    /// `SetScheduler`: `applied`, `rm_pvmrl`, `modprobe_file`, `note`.
+    pub async fn set_scheduler(
+        &self,
+        gpu: &str,
+        options: &Options,
+    ) -> Result<BTreeMap<String, serde_json::Value>> {
+        let d = self.nvidia.set_scheduler(gpu, options.to_opts()).await?;
+        Ok(model::dict_to_json(&d))
+    }
+    /// `GetMetrics` of a GPU or a vGPU device.
+    pub async fn metrics(&self, gpu_or_uuid: &str) -> Result<BTreeMap<String, serde_json::Value>> {
+        let d = self.nvidia.get_metrics(gpu_or_uuid).await?;
+        Ok(model::dict_to_json(&d))
+    }
+    /// The `Nvml` property: `available`, or why not.
+    pub async fn nvml(&self) -> Result<String> {
+        Ok(self.nvidia.nvml().await?)
+    }
+
+    /// `ListLayouts`.
+    pub async fn list_layouts(&self) -> Result<Vec<LayoutSummary>> {
+        Ok(self
+            .layouts
+            .list_layouts()
+            .await?
+            .into_iter()
+            .map(|(name, description)| LayoutSummary { name, description })
+            .collect())
+    }
+    /// `ApplyLayout`; with `dry_run`, the plan only.
+    pub async fn apply_layout(&self, name: &str, dry_run: bool) -> Result<Vec<LayoutStep>> {
+        let opts = Options::new().bool("dry_run", dry_run);
+        Ok(self
+            .layouts
+            .apply_layout(name, opts.to_opts())
+            .await?
+            .into_iter()
+            .map(|(status, gpu, action, subject, detail)| LayoutStep {
+                status,
+                gpu,
+                action,
+                subject,
+                detail,
+            })
+            .collect())
+    }
+    /// `DiffLayout`.
+    pub async fn diff_layout(&self, name: &str) -> Result<Vec<LayoutDiff>> {
+        Ok(self
+            .layouts
+            .diff_layout(name)
+            .await?
+            .into_iter()
+            .map(|(gpu, item, wanted, actual)| LayoutDiff {
+                gpu,
+                item,
+                wanted,
+                actual,
+            })
+            .collect())
+    }
+
+    /// vgpud's signals as [`Event`]s, from now until the stream is dropped.
+    pub async fn events(
+        &self,
+    ) -> Result<std::pin::Pin<Box<dyn futures_util::Stream<Item = Event> + Send>>> {
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(BUS_NAME)
+            .path_namespace("/org/vgpud1")
+            .build()?;
+        let stream =
+            zbus::MessageStream::for_match_rule(rule, &self.conn, std::num::NonZeroUsize::new(256))
+                .await?;
+        Ok(Box::pin(stream.filter_map(|m| async move {
+            m.ok().and_then(|m| Event::from_message(&m))
+        })))
+    }
+}
+
+/// A GPU object's proxy that reads every property afresh.
+pub async fn gpu_proxy(conn: &Connection, address: &str) -> Result<GpuProxy<'static>> {
+    Ok(GpuProxy::builder(conn)
+        .path(paths::gpu_path(address))
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?)
+}
+
+/// A device object's proxy that reads every property afresh.
+pub async fn device_proxy(conn: &Connection, uuid: &str) -> Result<DeviceProxy<'static>> {
+    Ok(DeviceProxy::builder(conn)
+        .path(paths::device_path(uuid))
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?)
+}
+
+/// Options of string values, as the proxies send them (for tests and quick calls).
+pub fn str_opts<'a>(pairs: &[(&'a str, &'a str)]) -> Opts<'a> {
+    pairs.iter().map(|(k, v)| (*k, Variant::from(*v))).collect()
+}
+
+/// Options of boolean values, as the proxies send them.
+pub fn bool_opts<'a>(pairs: &[(&'a str, bool)]) -> Opts<'a> {
+    pairs.iter().map(|(k, v)| (*k, Variant::from(*v))).collect()
+}
