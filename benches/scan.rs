@@ -78,7 +78,7 @@ fn fill(host: &Host, limit: usize) -> usize {
     made
 }
 
-use vgpud::dbus::client::ManagerProxy;
+use vgpud_client::ManagerProxy;
 
 async fn bus_latency(root: &Path, bus: &Bus, rounds: usize) {
     let started = Instant::now();

@@ -12,7 +12,8 @@ use std::io::Read;
 
 use zbus::{OwnedVariant, Variant};
 
-use crate::dbus::client::ManagerProxy;
+use vgpud_client::ManagerProxy;
+
 use crate::dbus::BUS_NAME;
 use crate::xml;
 

@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use vgpud::dbus::client::ManagerProxy;
 use vgpud::host::Host;
+use vgpud_client::ManagerProxy;
 
 const STORM: usize = 400;
 const CLIENTS: usize = 20;

@@ -4,7 +4,6 @@
 //! changes ([`Publisher`]). No logic lives here.
 
 pub mod access;
-pub mod client;
 pub mod error;
 pub mod limits;
 mod manager;
