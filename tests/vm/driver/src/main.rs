@@ -9,68 +9,16 @@
 //! checks: the `storm` section, real kernel only), and ends with `N passed, M failed` (exit
 //! status 1 on any failure).
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use zbus::{proxy, OwnedObjectPath, Variant};
+use vgpud_client::{DeviceProxy, GpuProxy, ManagerProxy, Opts};
+use zbus::{OwnedObjectPath, Variant};
 
 mod storm;
-
-#[proxy(
-    interface = "org.vgpud1.Manager",
-    default_service = "org.vgpud1",
-    default_path = "/org/vgpud1"
-)]
-trait Manager {
-    fn list_gpus(&self) -> zbus::Result<Vec<(String, String, String, String, OwnedObjectPath)>>;
-    fn list_types(&self) -> zbus::Result<Vec<(String, String, String, u64, u32, u32)>>;
-    fn list_devices(&self) -> zbus::Result<Vec<(String, String, String, String, OwnedObjectPath)>>;
-    fn create_device(
-        &self,
-        r#type: &str,
-        options: HashMap<&str, Variant<'_>>,
-    ) -> zbus::Result<(String, OwnedObjectPath)>;
-    fn remove_device(&self, uuid: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
-    fn get_hostdev_xml(&self, uuid: &str) -> zbus::Result<String>;
-}
-
-#[proxy(interface = "org.vgpud1.Gpu", default_service = "org.vgpud1")]
-trait Gpu {
-    #[zbus(property)]
-    fn driver(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn iommu_group(&self) -> zbus::Result<i32>;
-    #[zbus(property)]
-    fn sharing_modes(&self) -> zbus::Result<Vec<String>>;
-    #[zbus(property)]
-    fn vendor_id(&self) -> zbus::Result<u16>;
-    #[zbus(property)]
-    fn device_id(&self) -> zbus::Result<u16>;
-}
-
-#[proxy(interface = "org.vgpud1.Device", default_service = "org.vgpud1")]
-trait Device {
-    #[zbus(property)]
-    fn kind(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn parent(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn type_id(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn owner(&self) -> zbus::Result<String>;
-    #[zbus(property)]
-    fn iommu_group(&self) -> zbus::Result<i32>;
-    #[zbus(property)]
-    fn active(&self) -> zbus::Result<bool>;
-    #[zbus(property)]
-    fn persistent(&self) -> zbus::Result<bool>;
-    #[zbus(property)]
-    fn functions(&self) -> zbus::Result<Vec<(String, String)>>;
-}
 
 const U1: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
 const U2: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1002";
@@ -173,7 +121,7 @@ fn error_text(e: &zbus::Error) -> String {
     }
 }
 
-fn opts<'a>(pairs: &[(&'a str, Variant<'a>)]) -> HashMap<&'a str, Variant<'a>> {
+fn opts<'a>(pairs: &[(&'a str, Variant<'a>)]) -> Opts<'a> {
     pairs.iter().map(|(k, v)| (*k, v.clone())).collect()
 }
 
