@@ -1,0 +1,894 @@
+//! `vgpuctl`: the operator's command line of vgpud, through the typed client
+//! (`vgpud-client`). Tables by default, `--json` everywhere; exit codes by error class.
+
+mod cli;
+mod man;
+mod output;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+use futures_util::StreamExt;
+use serde::Serialize;
+use vgpud_client::{
+    BusChoice, Client, DeviceDetails, Error, ErrorClass, Event, GpuDetails, Options, Result,
+};
+
+use cli::{Cli, Command, GpusCommand, MigCommand, SchedulerCommand};
+use output::{dash, key_values, list, on_off, size, yes_no, Table};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Completions { shell } => {
+            let shell = match shell {
+                cli::Shell::Bash => clap_complete::Shell::Bash,
+                cli::Shell::Zsh => clap_complete::Shell::Zsh,
+                cli::Shell::Fish => clap_complete::Shell::Fish,
+            };
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "vgpuctl", &mut text);
+            emit_bytes(&text);
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            return match man::render(Cli::command()) {
+                Ok(page) => {
+                    emit_bytes(&page);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("vgpuctl: cannot render the man page: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        _ => {}
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("vgpuctl: cannot start: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("vgpuctl: {}: {}", e.name(), e.message());
+            ExitCode::from(exit_code(e.class()))
+        }
+    }
+}
+
+/// The exit code of a class of failure (`vgpuctl --help` lists them).
+fn exit_code(class: ErrorClass) -> u8 {
+    match class {
+        ErrorClass::Host => 1,
+        ErrorClass::Usage => 2,
+        ErrorClass::NotFound => 3,
+        ErrorClass::Conflict => 4,
+        ErrorClass::Denied => 5,
+        ErrorClass::Unreachable => 6,
+    }
+}
+
+/// Writes to stdout; a closed pipe is not an error worth a message.
+fn emit(text: &str) -> bool {
+    emit_bytes(text.as_bytes())
+}
+
+fn emit_bytes(bytes: &[u8]) -> bool {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes).and_then(|()| out.flush()).is_ok()
+}
+
+/// A JSON document, pretty, with a final newline.
+fn json<T: Serialize + ?Sized>(value: &T) -> Result<String> {
+    serde_json::to_string_pretty(value)
+        .map(|s| s + "\n")
+        .map_err(|e| Error::Other {
+            name: "org.vgpud1.vgpuctl.Error".into(),
+            message: format!("cannot write JSON: {e}"),
+        })
+}
+
+/// A GPU with its object path (`gpus --json`, `gpu --json`).
+#[derive(Serialize)]
+struct GpuEntry {
+    #[serde(flatten)]
+    details: GpuDetails,
+    path: String,
+}
+
+/// A device with its object path (`devices --json`, `device --json`).
+#[derive(Serialize)]
+struct DeviceEntry {
+    #[serde(flatten)]
+    details: DeviceDetails,
+    path: String,
+}
+
+/// A missing object's property read (`UnknownObject`) as `NotFound`, naming what.
+fn missing(e: Error, what: &str) -> Error {
+    match e.name() {
+        "org.freedesktop.DBus.Error.UnknownObject"
+        | "org.freedesktop.DBus.Error.UnknownInterface" => Error::NotFound(format!("no {what}")),
+        _ => e,
+    }
+}
+
+async fn gpu_entry(client: &Client, address: &str) -> Result<GpuEntry> {
+    let details = client
+        .gpu(address)
+        .await
+        .map_err(|e| missing(e, &format!("GPU {address}")))?;
+    Ok(GpuEntry {
+        details,
+        path: vgpud_client::paths::gpu_path(address).to_string(),
+    })
+}
+
+async fn device_entry(client: &Client, uuid: &str) -> Result<DeviceEntry> {
+    let details = client
+        .device(uuid)
+        .await
+        .map_err(|e| missing(e, &format!("device {uuid}")))?;
+    Ok(DeviceEntry {
+        details,
+        path: vgpud_client::paths::device_path(uuid).to_string(),
+    })
+}
+
+/// A simple JSON answer to a change: what was done, to what.
+fn done(pairs: &[(&str, serde_json::Value)]) -> BTreeMap<String, serde_json::Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+async fn run(cli: Cli) -> Result<u8> {
+    let bus = match (&cli.address, cli.session) {
+        (Some(a), _) => BusChoice::Address(a.clone()),
+        (None, true) => BusChoice::Session,
+        (None, false) => BusChoice::System,
+    };
+    let client = Client::connect(&bus).await?;
+    let j = cli.json;
+    let text = match cli.command {
+        Command::Gpus { show: None } => gpus(&client, j).await?,
+        Command::Gpus {
+            show: Some(GpusCommand::Show { gpu }),
+        }
+        | Command::Gpu { gpu } => {
+            let g = gpu_entry(&client, &gpu).await?;
+            if j {
+                json(&g)?
+            } else {
+                gpu_text(&g)
+            }
+        }
+        Command::Types { available, gpu } => {
+            let types: Vec<_> = client
+                .list_types()
+                .await?
+                .into_iter()
+                .filter(|t| !available || t.available > 0)
+                .filter(|t| gpu.as_ref().is_none_or(|g| &t.gpu == g))
+                .collect();
+            if j {
+                json(&types)?
+            } else {
+                let mut t = Table::new(&["GPU", "ID", "NAME", "FRAMEBUFFER", "MAX", "AVAILABLE"]);
+                for ty in &types {
+                    t.row(vec![
+                        ty.gpu.clone(),
+                        ty.id.clone(),
+                        ty.name.clone(),
+                        output::framebuffer(ty.framebuffer),
+                        output::count(ty.max_instances),
+                        ty.available.to_string(),
+                    ]);
+                }
+                t.render()
+            }
+        }
+        Command::TypeInfo { r#type, parent } => {
+            let info = client
+                .type_info(&r#type, &Options::new().str_opt("parent", parent))
+                .await?;
+            if j {
+                json(&info)?
+            } else {
+                output::dict(&info)
+            }
+        }
+        Command::Devices => devices(&client, j).await?,
+        Command::Device { uuid } => {
+            let d = device_entry(&client, &uuid).await?;
+            if j {
+                json(&d)?
+            } else {
+                device_text(&d)
+            }
+        }
+        Command::Create(a) => {
+            let mut o = Options::new()
+                .str_opt("parent", a.parent)
+                .str_opt("owner", a.owner)
+                .str_opt("uuid", a.uuid)
+                .str_opt("params", a.params)
+                .str_opt("policy", a.policy.map(|p| p.as_str()))
+                .u32_opt("numa_node", a.numa_node);
+            if a.transient {
+                o = o.bool("persistent", false);
+            }
+            if a.no_autostart {
+                o = o.bool("autostart", false);
+            }
+            if a.force {
+                o = o.bool("force", true);
+            }
+            if a.exist_ok {
+                o = o.bool("exist_ok", true);
+            }
+            if a.no_create_instance {
+                o = o.bool("create_instance", false);
+            }
+            let (uuid, path) = client.create_device(&a.r#type, &o).await?;
+            if j {
+                json(&done(&[("uuid", uuid.into()), ("path", path.into())]))?
+            } else {
+                format!("{uuid}\n")
+            }
+        }
+        Command::Remove { uuid } => {
+            client.remove_device(&uuid, &Options::new()).await?;
+            changed(j, &[("uuid", uuid.into()), ("removed", true.into())])?
+        }
+        Command::Start { uuid } => {
+            client.start_device(&uuid, &Options::new()).await?;
+            changed(j, &[("uuid", uuid.into()), ("active", true.into())])?
+        }
+        Command::Stop { uuid } => {
+            client.stop_device(&uuid, &Options::new()).await?;
+            changed(j, &[("uuid", uuid.into()), ("active", false.into())])?
+        }
+        Command::Modify {
+            uuid,
+            persistent,
+            autostart,
+        } => {
+            let o = Options::new()
+                .bool_opt("persistent", persistent)
+                .bool_opt("autostart", autostart);
+            client.modify_device(&uuid, &o).await?;
+            let mut fields = vec![("uuid", serde_json::Value::from(uuid))];
+            if let Some(p) = persistent {
+                fields.push(("persistent", p.into()));
+            }
+            if let Some(a) = autostart {
+                fields.push(("autostart", a.into()));
+            }
+            changed(j, &fields)?
+        }
+        Command::Xml {
+            uuid,
+            display,
+            ramfb,
+            guest_bus,
+        } => {
+            let mut o = Options::new().u32_opt("guest_bus", guest_bus);
+            if display {
+                o = o.bool("display", true);
+            }
+            if ramfb {
+                o = o.bool("ramfb", true);
+            }
+            let xml = if o.is_empty() {
+                client.hostdev_xml(&uuid).await?
+            } else {
+                client.render_hostdev_xml(&uuid, &o).await?
+            };
+            if j {
+                json(&done(&[("uuid", uuid.into()), ("xml", xml.into())]))?
+            } else {
+                with_newline(xml)
+            }
+        }
+        Command::Domain(a) => {
+            let mut o = Options::new()
+                .str_opt("template", a.template)
+                .str_opt("disk", a.disk)
+                .str_opt("network", a.network)
+                .str_opt("graphics", a.graphics)
+                .str_opt("uuid", a.domain_uuid)
+                .u32_opt("vcpus", a.vcpus);
+            if let Some(m) = a.memory_mib {
+                o = o.u64("memory_mib", m);
+            }
+            if a.uefi {
+                o = o.bool("uefi", true);
+            }
+            if a.no_display {
+                o = o.bool("display", false);
+            }
+            let uuids: Vec<&str> = a.uuids.iter().map(String::as_str).collect();
+            let xml = client.render_domain(&a.name, &uuids, &o).await?;
+            if j {
+                json(&done(&[("name", a.name.into()), ("xml", xml.into())]))?
+            } else {
+                with_newline(xml)
+            }
+        }
+        Command::Attach(a) => {
+            client
+                .attach_device(&a.uuid, &a.domain, &live_config(a.live, a.config))
+                .await?;
+            changed(
+                j,
+                &[("uuid", a.uuid.into()), ("attached_to", a.domain.into())],
+            )?
+        }
+        Command::Detach(a) => {
+            client
+                .detach_device(&a.uuid, &a.domain, &live_config(a.live, a.config))
+                .await?;
+            changed(
+                j,
+                &[("uuid", a.uuid.into()), ("detached_from", a.domain.into())],
+            )?
+        }
+        Command::Capacity {
+            r#type,
+            parent,
+            numa_node,
+        } => {
+            let o = Options::new()
+                .str_opt("parent", parent)
+                .u32_opt("numa_node", numa_node);
+            let n = client.capacity(&r#type, &o).await?;
+            if j {
+                json(&done(&[("type", r#type.into()), ("capacity", n.into())]))?
+            } else {
+                format!("{n}\n")
+            }
+        }
+        Command::Vfs {
+            gpu,
+            count,
+            transient,
+        } => {
+            let n = client
+                .set_vf_count(&gpu, count, &persistence(transient))
+                .await?;
+            if j {
+                json(&done(&[("gpu", gpu.into()), ("num_vfs", n.into())]))?
+            } else {
+                format!("{gpu}: {n} VFs enabled\n")
+            }
+        }
+        Command::Heterogeneous {
+            gpu,
+            mode,
+            transient,
+        } => {
+            client
+                .set_heterogeneous_mode(&gpu, mode.enabled(), &persistence(transient))
+                .await?;
+            changed(
+                j,
+                &[
+                    ("gpu", gpu.into()),
+                    ("heterogeneous_mode", mode.enabled().into()),
+                ],
+            )?
+        }
+        Command::Mig(m) => mig(&client, m, j).await?,
+        Command::Scheduler(SchedulerCommand::Set(a)) => {
+            let mut o = Options::new()
+                .str_opt("policy", a.policy)
+                .u32_opt("timeslice_ms", a.timeslice_ms)
+                .bool_opt("arr", a.arr)
+                .u32_opt("avg_factor", a.avg_factor)
+                .u32_opt("frequency_hz", a.frequency_hz);
+            if a.no_runtime {
+                o = o.bool("runtime", false);
+            }
+            if a.transient {
+                o = o.bool("persistent", false);
+            }
+            let result = client.set_scheduler(&a.gpu, &o).await?;
+            if j {
+                json(&result)?
+            } else {
+                output::dict(&result)
+            }
+        }
+        Command::Scheduler(SchedulerCommand::Show { gpu }) => {
+            let g = gpu_entry(&client, &gpu).await?;
+            if j {
+                json(&g.details.scheduler)?
+            } else {
+                output::dict(&g.details.scheduler)
+            }
+        }
+        Command::Metrics { target } => {
+            let m = client.metrics(&target).await?;
+            if j {
+                json(&m)?
+            } else {
+                output::dict(&m)
+            }
+        }
+        Command::Layouts => {
+            let layouts = client.list_layouts().await?;
+            if j {
+                json(&layouts)?
+            } else {
+                let mut t = Table::new(&["NAME", "DESCRIPTION"]);
+                for l in &layouts {
+                    t.row(vec![l.name.clone(), dash(&l.description)]);
+                }
+                t.render()
+            }
+        }
+        Command::Apply { name, dry_run } => {
+            let steps = client.apply_layout(&name, dry_run).await?;
+            let text = if j {
+                json(&steps)?
+            } else {
+                let mut t = Table::new(&["STATUS", "GPU", "ACTION", "SUBJECT", "DETAIL"]);
+                for s in &steps {
+                    t.row(vec![
+                        s.status.clone(),
+                        dash(&s.gpu),
+                        s.action.clone(),
+                        dash(&s.subject),
+                        dash(&s.detail),
+                    ]);
+                }
+                t.render()
+            };
+            emit(&text);
+            let refused = steps
+                .iter()
+                .any(|s| s.status == "refused" || s.status == "failed");
+            return Ok(if refused { 4 } else { 0 });
+        }
+        Command::Diff { name } => {
+            let diffs = client.diff_layout(&name).await?;
+            if j {
+                json(&diffs)?
+            } else {
+                let mut t = Table::new(&["GPU", "ITEM", "WANTED", "ACTUAL"]);
+                for d in &diffs {
+                    t.row(vec![
+                        dash(&d.gpu),
+                        d.item.clone(),
+                        dash(&d.wanted),
+                        dash(&d.actual),
+                    ]);
+                }
+                t.render()
+            }
+        }
+        Command::Watch { count } => return watch(&client, count, j).await,
+        Command::Completions { .. } | Command::Man => String::new(),
+    };
+    emit(&text);
+    Ok(0)
+}
+
+fn with_newline(mut s: String) -> String {
+    if !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s
+}
+
+/// A change's answer: nothing for a human, what changed with `--json`.
+fn changed(j: bool, fields: &[(&str, serde_json::Value)]) -> Result<String> {
+    if j {
+        json(&done(fields))
+    } else {
+        Ok(String::new())
+    }
+}
+
+fn persistence(transient: bool) -> Options {
+    if transient {
+        Options::new().bool("persistent", false)
+    } else {
+        Options::new()
+    }
+}
+
+fn live_config(live: bool, config: bool) -> Options {
+    let mut o = Options::new();
+    if live {
+        o = o.bool("live", true);
+    }
+    if config {
+        o = o.bool("config", true);
+    }
+    o
+}
+
+async fn gpus(client: &Client, j: bool) -> Result<String> {
+    let mut entries = Vec::new();
+    for g in client.list_gpus().await? {
+        entries.push(gpu_entry(client, &g.address).await?);
+    }
+    if j {
+        return json(&entries);
+    }
+    let mut t = Table::new(&[
+        "ADDRESS", "MODEL", "DRIVER", "MODES", "VFS", "MIG", "DEVICES",
+    ]);
+    for e in &entries {
+        let g = &e.details;
+        t.row(vec![
+            g.address.clone(),
+            g.model.clone(),
+            dash(&g.driver),
+            dash(&g.sharing_modes.join(",")),
+            if g.total_vfs == 0 {
+                "-".into()
+            } else {
+                format!("{}/{}", g.num_vfs, g.total_vfs)
+            },
+            mig_text(g.mig_current, g.mig_pending),
+            g.devices.len().to_string(),
+        ]);
+    }
+    Ok(t.render())
+}
+
+fn mig_text(current: bool, pending: bool) -> String {
+    if current == pending {
+        on_off(current)
+    } else {
+        format!("{} ({} pending)", on_off(current), on_off(pending))
+    }
+}
+
+fn gpu_text(e: &GpuEntry) -> String {
+    let g = &e.details;
+    let devices: Vec<String> = g
+        .devices
+        .iter()
+        .map(|p| {
+            p.rsplit('/')
+                .next()
+                .and_then(vgpud_client::paths::unescape_segment)
+                .unwrap_or_else(|| p.clone())
+        })
+        .collect();
+    let mut text = key_values(&[
+        ("address", g.address.clone()),
+        ("model", g.model.clone()),
+        ("vendor_id", format!("0x{:04x}", g.vendor_id)),
+        ("device_id", format!("0x{:04x}", g.device_id)),
+        ("driver", dash(&g.driver)),
+        ("iommu_group", signed(g.iommu_group)),
+        ("numa_node", signed(g.numa_node)),
+        ("sharing_modes", list(&g.sharing_modes)),
+        ("types", list(&g.types)),
+        ("devices", list(&devices)),
+        ("vfs", format!("{}/{}", g.num_vfs, g.total_vfs)),
+        ("vf_addresses", list(&g.vfs)),
+        ("heterogeneous_mode", on_off(g.heterogeneous_mode)),
+        ("mig", mig_text(g.mig_current, g.mig_pending)),
+        ("gpu_instances", g.gpu_instances.len().to_string()),
+        ("scheduler", output::inline(&g.scheduler)),
+        ("path", e.path.clone()),
+    ]);
+    if !g.gpu_instances.is_empty() {
+        text.push('\n');
+        text.push_str(&instances_table(&g.gpu_instances));
+    }
+    text
+}
+
+fn instances_table(instances: &[vgpud_client::GpuInstance]) -> String {
+    let mut t = Table::new(&["ID", "PROFILE", "PROFILE_ID", "PLACEMENT", "DEVICE"]);
+    for i in instances {
+        t.row(vec![
+            i.id.to_string(),
+            i.profile.clone(),
+            i.profile_id.to_string(),
+            format!("{}+{}", i.start, i.size),
+            dash(&i.device),
+        ]);
+    }
+    t.render()
+}
+
+/// -1 (none) as `-`.
+fn signed(n: i32) -> String {
+    if n < 0 {
+        "-".into()
+    } else {
+        n.to_string()
+    }
+}
+
+async fn devices(client: &Client, j: bool) -> Result<String> {
+    let mut entries = Vec::new();
+    for d in client.list_devices().await? {
+        match device_entry(client, &d.uuid).await {
+            Ok(e) => entries.push(e),
+            // Removed between the list and the read.
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if j {
+        return json(&entries);
+    }
+    let mut t = Table::new(&[
+        "UUID",
+        "KIND",
+        "GPU",
+        "PARENT",
+        "TYPE",
+        "OWNER",
+        "ACTIVE",
+        "PERSISTENT",
+        "AUTOSTART",
+    ]);
+    for e in &entries {
+        let d = &e.details;
+        t.row(vec![
+            d.uuid.clone(),
+            d.kind.clone(),
+            dash(&d.gpu),
+            if d.parent == d.gpu {
+                "-".into()
+            } else {
+                dash(&d.parent)
+            },
+            dash(&d.type_name),
+            dash(&d.owner),
+            yes_no(d.active),
+            yes_no(d.persistent),
+            yes_no(d.autostart),
+        ]);
+    }
+    Ok(t.render())
+}
+
+fn device_text(e: &DeviceEntry) -> String {
+    let d = &e.details;
+    let functions: Vec<String> = d
+        .functions
+        .iter()
+        .map(|(f, driver)| format!("{f} ({driver})"))
+        .collect();
+    let attributes: Vec<String> = d
+        .attributes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    key_values(&[
+        ("uuid", d.uuid.clone()),
+        ("kind", d.kind.clone()),
+        ("gpu", dash(&d.gpu)),
+        ("parent", dash(&d.parent)),
+        ("address", dash(&d.address)),
+        ("functions", list(&functions)),
+        ("type_id", dash(&d.type_id)),
+        ("type_name", dash(&d.type_name)),
+        ("owner", dash(&d.owner)),
+        ("iommu_group", signed(d.iommu_group)),
+        ("attributes", list(&attributes)),
+        ("active", yes_no(d.active)),
+        ("persistent", yes_no(d.persistent)),
+        ("autostart", yes_no(d.autostart)),
+        ("created", d.created.to_string()),
+        ("path", e.path.clone()),
+    ])
+}
+
+async fn mig(client: &Client, m: MigCommand, j: bool) -> Result<String> {
+    Ok(match m {
+        MigCommand::Profiles { gpu } => {
+            let profiles = client.mig_profiles(&gpu).await?;
+            if j {
+                json(&profiles)?
+            } else {
+                let mut t = Table::new(&[
+                    "ID",
+                    "NAME",
+                    "SLICES",
+                    "MEMORY",
+                    "MAX",
+                    "REMAINING",
+                    "FREE PLACEMENTS",
+                ]);
+                for p in &profiles {
+                    let free: Vec<String> = p
+                        .free_placements
+                        .iter()
+                        .map(|pl| format!("{}+{}", pl.start, pl.size))
+                        .collect();
+                    t.row(vec![
+                        p.id.to_string(),
+                        p.name.clone(),
+                        p.slices.to_string(),
+                        size(p.memory),
+                        p.max_instances.to_string(),
+                        p.remaining.to_string(),
+                        if free.is_empty() {
+                            "-".into()
+                        } else {
+                            free.join(" ")
+                        },
+                    ]);
+                }
+                t.render()
+            }
+        }
+        MigCommand::Mode {
+            gpu,
+            mode,
+            transient,
+        } => {
+            let (current, pending) = client
+                .set_mig_mode(&gpu, mode.enabled(), &persistence(transient))
+                .await?;
+            if j {
+                json(&done(&[
+                    ("gpu", gpu.into()),
+                    ("mig_current", current.into()),
+                    ("mig_pending", pending.into()),
+                ]))?
+            } else {
+                format!("{gpu}: MIG {}\n", mig_text(current, pending))
+            }
+        }
+        MigCommand::Create {
+            gpu,
+            profile,
+            placement,
+            no_compute_instance,
+            transient,
+        } => {
+            let mut o = persistence(transient).u32_opt("placement", placement);
+            if no_compute_instance {
+                o = o.bool("compute_instance", false);
+            }
+            let id = client.create_gpu_instance(&gpu, &profile, &o).await?;
+            if j {
+                json(&done(&[("gpu", gpu.into()), ("id", id.into())]))?
+            } else {
+                format!("{id}\n")
+            }
+        }
+        MigCommand::Destroy { gpu, id } => {
+            client
+                .destroy_gpu_instance(&gpu, id, &Options::new())
+                .await?;
+            changed(
+                j,
+                &[
+                    ("gpu", gpu.into()),
+                    ("id", id.into()),
+                    ("destroyed", true.into()),
+                ],
+            )?
+        }
+        MigCommand::Instances { gpu } => {
+            let g = gpu_entry(client, &gpu).await?;
+            if j {
+                json(&g.details.gpu_instances)?
+            } else {
+                instances_table(&g.details.gpu_instances)
+            }
+        }
+    })
+}
+
+/// An event as a line for a human.
+fn event_line(e: &Event) -> String {
+    match e {
+        Event::DeviceCreated { uuid, .. } => format!("device-created {uuid}"),
+        Event::DeviceRemoved { uuid, .. } => format!("device-removed {uuid}"),
+        Event::DeviceDrift { uuid, kind, detail } => {
+            format!("device-drift {uuid} {kind} {detail}")
+        }
+        Event::GpuDrift { gpu, kind, detail } => format!("gpu-drift {gpu} {kind} {detail}"),
+        Event::PropertiesChanged {
+            path,
+            interface,
+            changed,
+        } => {
+            let mut line = format!("properties {path} {interface}");
+            for (k, v) in changed {
+                line.push_str(&format!(" {k}={v}"));
+            }
+            line
+        }
+    }
+}
+
+async fn watch(client: &Client, count: Option<u64>, j: bool) -> Result<u8> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let signal_error = |e: std::io::Error| Error::Other {
+        name: "org.vgpud1.vgpuctl.Error".into(),
+        message: format!("cannot catch signals: {e}"),
+    };
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut events = client.events().await?;
+    // The match rule is in place: say so (tests and scripts wait for this line).
+    eprintln!("vgpuctl: watching org.vgpud1");
+    let mut seen = 0u64;
+    if count == Some(0) {
+        return Ok(0);
+    }
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else {
+                    return Err(Error::NotRunning {
+                        name: "org.freedesktop.DBus.Error.Disconnected".into(),
+                        message: "the bus connection closed".into(),
+                    });
+                };
+                let line = if j {
+                    serde_json::to_string(&event).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+                } else {
+                    event_line(&event)
+                };
+                if !emit(&format!("{line}\n")) {
+                    return Ok(0);
+                }
+                seen += 1;
+                if count.is_some_and(|c| seen >= c) {
+                    return Ok(0);
+                }
+            }
+            _ = interrupt.recv() => return Ok(0),
+            _ = terminate.recv() => return Ok(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_class_has_its_documented_exit_code() {
+        let code = |n: &str| exit_code(Error::from_answer(n, String::new()).class());
+        assert_eq!(code("org.vgpud1.Error.Failed"), 1);
+        assert_eq!(code("org.vgpud1.Error.NotSupported"), 1);
+        assert_eq!(code("org.vgpud1.Error.Unsafe"), 1);
+        assert_eq!(code("org.vgpud1.Error.Libvirt"), 1);
+        assert_eq!(code("org.vgpud1.Error.InvalidArgument"), 2);
+        assert_eq!(code("org.vgpud1.Error.NotFound"), 3);
+        for conflict in ["NoCapacity", "Exists", "Busy", "NeedsReset"] {
+            assert_eq!(code(&format!("org.vgpud1.Error.{conflict}")), 4);
+        }
+        assert_eq!(code("org.freedesktop.DBus.Error.AccessDenied"), 5);
+        assert_eq!(
+            code("org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"),
+            5
+        );
+        assert_eq!(code("org.freedesktop.DBus.Error.ServiceUnknown"), 6);
+    }
+
+    #[test]
+    fn a_missing_object_is_not_found() {
+        let e = Error::from_answer("org.freedesktop.DBus.Error.UnknownObject", "x".into());
+        assert_eq!(missing(e, "GPU 0000:01:00.0").class(), ErrorClass::NotFound);
+    }
+}

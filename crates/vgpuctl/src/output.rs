@@ -1,0 +1,230 @@
+//! Human output: aligned tables, key-value listings, sizes.
+
+use std::collections::BTreeMap;
+
+/// A table whose columns are aligned to their widest cell, two spaces apart; the last
+/// column is not padded.
+pub struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with this header.
+    pub fn new(header: &[&str]) -> Self {
+        Table {
+            rows: vec![header.iter().map(|h| h.to_string()).collect()],
+        }
+    }
+
+    /// Adds a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The aligned text, a line a row.
+    pub fn render(&self) -> String {
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &self.rows {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                if c + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(cell);
+                    let pad = widths[c] - cell.chars().count() + 2;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `key: value` lines with the values aligned; a value with lines of its own continues
+/// under the first.
+pub fn key_values(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in pairs {
+        let key = format!("{k}:");
+        let mut lines = v.lines();
+        let first = lines.next().unwrap_or("");
+        out.push_str(format!("{key:<width$}  {first}").trim_end());
+        out.push('\n');
+        for more in lines {
+            out.push_str(&format!("{:<width$}  {more}\n", ""));
+        }
+    }
+    out
+}
+
+/// Items joined by `, `, broken into lines of at most 72 characters (for [`key_values`]);
+/// `-` for none.
+pub fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        return "-".into();
+    }
+    let mut lines: Vec<String> = vec![String::new()];
+    for item in items {
+        let Some(line) = lines.last_mut() else {
+            break;
+        };
+        if line.is_empty() {
+            line.push_str(item);
+        } else if line.len() + 2 + item.len() > 72 {
+            line.push(',');
+            lines.push(item.clone());
+        } else {
+            line.push_str(", ");
+            line.push_str(item);
+        }
+    }
+    lines.join("\n")
+}
+
+/// A framebuffer size where 0 means unknown: `-` then, else [`size`].
+pub fn framebuffer(bytes: u64) -> String {
+    if bytes == 0 {
+        "-".into()
+    } else {
+        size(bytes)
+    }
+}
+
+/// A size in bytes as `4 GiB`, `512 MiB`, `17.8 GiB`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, n) in UNITS {
+        if bytes >= n {
+            return if bytes.is_multiple_of(n) {
+                format!("{} {unit}", bytes / n)
+            } else {
+                format!("{:.1} {unit}", bytes as f64 / n as f64)
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// `yes` or `no`.
+pub fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.into()
+}
+
+/// `on` or `off`.
+pub fn on_off(b: bool) -> String {
+    if b { "on" } else { "off" }.into()
+}
+
+/// A count where 0 means unknown: `-` then.
+pub fn count(n: u32) -> String {
+    if n == 0 {
+        "-".into()
+    } else {
+        n.to_string()
+    }
+}
+
+/// An empty string as `-`.
+pub fn dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.into()
+    }
+}
+
+/// Keys whose numbers are bytes.
+const BYTE_KEYS: &[&str] = &[
+    "framebuffer",
+    "memory_used",
+    "memory_total",
+    "fb_used",
+    "memory",
+];
+
+/// A JSON value for a human: strings bare, lists joined, sizes of byte keys in units.
+pub fn value(key: &str, v: &serde_json::Value) -> String {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) => dash(s),
+        J::Number(n) if key == "framebuffer" => {
+            n.as_u64().map(framebuffer).unwrap_or(n.to_string())
+        }
+        J::Number(n) if BYTE_KEYS.contains(&key) => n.as_u64().map(size).unwrap_or(n.to_string()),
+        J::Number(n) if key == "rm_pvmrl" => n
+            .as_u64()
+            .map(|r| format!("0x{r:08x}"))
+            .unwrap_or(n.to_string()),
+        J::Array(items) => list(&items.iter().map(|i| value("", i)).collect::<Vec<_>>()),
+        J::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A dictionary answer as [`key_values`].
+pub fn dict(d: &BTreeMap<String, serde_json::Value>) -> String {
+    let pairs: Vec<(&str, String)> = d.iter().map(|(k, v)| (k.as_str(), value(k, v))).collect();
+    key_values(&pairs)
+}
+
+/// A dictionary on one line: `key=value ...`.
+pub fn inline(d: &BTreeMap<String, serde_json::Value>) -> String {
+    if d.is_empty() {
+        return "-".into();
+    }
+    d.iter()
+        .map(|(k, v)| format!("{k}={}", value(k, v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align_and_lines_have_no_trailing_space() {
+        let mut t = Table::new(&["A", "LONG HEADER", "C"]);
+        t.row(vec!["wide cell".into(), "x".into(), "".into()]);
+        assert_eq!(t.render(), "A          LONG HEADER  C\nwide cell  x\n");
+    }
+
+    #[test]
+    fn sizes_are_in_binary_units() {
+        assert_eq!(size(4 << 30), "4 GiB");
+        assert_eq!(size(512 << 20), "512 MiB");
+        assert_eq!(size(19_092_471_808), "17.8 GiB");
+        assert_eq!(size(0), "0 B");
+        assert_eq!(framebuffer(0), "-");
+        assert_eq!(size(100), "100 B");
+    }
+
+    #[test]
+    fn long_lists_wrap_under_their_key() {
+        let items: Vec<String> = (0..10).map(|i| format!("0000:41:00.{i}")).collect();
+        let text = key_values(&[("vfs", list(&items)), ("k", "v".into())]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() > 2, "{text}");
+        assert!(lines[1].starts_with("      0000:41"), "{text}");
+        assert_eq!(lines.last(), Some(&"k:    v"));
+    }
+}
