@@ -45,6 +45,18 @@ pub struct FileConfig {
     /// `[nvidia]`.
     #[serde(default)]
     pub nvidia: NvidiaConfig,
+    /// `[layouts]`.
+    #[serde(default)]
+    pub layouts: LayoutsConfig,
+}
+
+/// `[layouts]`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutsConfig {
+    /// `apply_at_boot = "NAME"`: the layout (`etc/vgpud/layouts/NAME.toml`) applied after
+    /// the restore each time vgpud starts.
+    pub apply_at_boot: Option<String>,
 }
 
 /// `[nvidia]`.

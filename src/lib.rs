@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod engine;
 pub mod gpu_control;
 pub mod hook;
+pub mod layout;
 pub mod host;
 pub mod libvirt;
 pub mod model;

@@ -49,6 +49,10 @@ struct Cli {
     /// workspace's fake library next to vgpud]
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<std::path::PathBuf>,
+    /// A layout (etc/vgpud/layouts/NAME.toml) to apply after the restore at start
+    /// [default: from etc/vgpud/vgpud.toml, else none]
+    #[arg(long, value_name = "NAME")]
+    apply_layout: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -178,7 +182,14 @@ fn main() -> ExitCode {
                     numa_node: file.placement.numa_node,
                 },
                 nvml_library: cli.nvml_library.or(file.nvidia.nvml_library),
+                apply_layout: cli.apply_layout.or(file.layouts.apply_at_boot),
             };
+            if let Some(name) = &config.apply_layout {
+                if let Err(e) = vgpud::layout::file::check_name(name) {
+                    eprintln!("vgpud: --apply-layout or [layouts] apply_at_boot: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             // The fake libnvidia-ml of a simulated host reads the host's state under the root
             // (set here, before any thread exists).
             if cli.simulate && std::env::var_os("VGPUD_FAKE_NVML_ROOT").is_none() {

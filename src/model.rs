@@ -240,21 +240,32 @@ impl MdevType {
 
     /// The name without its vendor prefix (`GRID RTX6000-4Q` → `RTX6000-4Q`).
     pub fn short_name(&self) -> &str {
-        for prefix in ["GRID ", "NVIDIA "] {
-            if let Some(rest) = self.name.strip_prefix(prefix) {
-                return rest;
-            }
-        }
-        &self.name
+        short_type_name(&self.name)
     }
 
     /// Whether `query` names this type: its id, its name, or its name without the vendor
     /// prefix, compared case-insensitively.
     pub fn matches(&self, query: &str) -> bool {
-        query.eq_ignore_ascii_case(&self.id)
-            || query.eq_ignore_ascii_case(&self.name)
-            || query.eq_ignore_ascii_case(self.short_name())
+        type_query_matches(query, &self.id, &self.name)
     }
+}
+
+/// A type name without its vendor prefix (`GRID RTX6000-4Q` → `RTX6000-4Q`).
+pub fn short_type_name(name: &str) -> &str {
+    for prefix in ["GRID ", "NVIDIA "] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            return rest;
+        }
+    }
+    name
+}
+
+/// Whether `query` names the type `id` / `name`: its id, its name, or its name without the
+/// vendor prefix, compared case-insensitively (how `CreateDevice` takes types).
+pub fn type_query_matches(query: &str, id: &str, name: &str) -> bool {
+    query.eq_ignore_ascii_case(id)
+        || query.eq_ignore_ascii_case(name)
+        || query.eq_ignore_ascii_case(short_type_name(name))
 }
 
 /// A mediated device that exists on the host.

@@ -44,6 +44,24 @@ fn calls() -> Vec<(&'static str, String, &'static str, String)> {
         m("GetHostdevXml", DEV),
         m("RenderHostdevXml", &format!("{DEV} {none}")),
         (
+            "Layouts.ListLayouts",
+            "org.vgpud1.Layouts.ListLayouts".into(),
+            "/org/vgpud1/layouts",
+            String::new(),
+        ),
+        (
+            "Layouts.DiffLayout",
+            "org.vgpud1.Layouts.DiffLayout".into(),
+            "/org/vgpud1/layouts",
+            "absent".into(),
+        ),
+        (
+            "Layouts.ApplyLayout",
+            "org.vgpud1.Layouts.ApplyLayout".into(),
+            "/org/vgpud1/layouts",
+            format!("absent {none}"),
+        ),
+        (
             "Properties.GetAll",
             "org.freedesktop.DBus.Properties.GetAll".into(),
             "/org/vgpud1/gpu/mtty",
@@ -80,7 +98,8 @@ fn api_methods() -> BTreeSet<String> {
 /// What each caller may do with each call: `None` means allowed (any answer but a refusal).
 fn expected(caller: &str, method: &str) -> Option<&'static str> {
     const DENIED: Option<&str> = Some("org.freedesktop.DBus.Error.AccessDenied");
-    let action = vgpud::dbus::access::action_of(method);
+    // `Layouts.ApplyLayout`: a method of another interface, by its member name.
+    let action = vgpud::dbus::access::action_of(method.rsplit('.').next().unwrap_or(method));
     match (caller, method) {
         (_, "Introspect") => None,
         ("root", _) => None,

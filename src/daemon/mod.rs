@@ -48,6 +48,8 @@ pub struct Config {
     /// the workspace's fake library next to the vgpud executable); a path `none` disables
     /// NVML.
     pub nvml_library: Option<PathBuf>,
+    /// A layout to apply after the restore at start.
+    pub apply_layout: Option<String>,
 }
 
 /// The NVIDIA control plane the configuration asks for; [`Unavailable`] with the reason
@@ -200,6 +202,12 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
         "persistent devices restored"
     );
+    if let Some(name) = config.apply_layout.clone() {
+        let engine = engine.clone();
+        tokio::task::spawn_blocking(move || apply_boot_layout(&engine, &name))
+            .await
+            .unwrap_or_default();
+    }
 
     let builder = match &config.bus {
         Bus::System => zbus::connection::Builder::system(),
@@ -276,4 +284,48 @@ impl Termination {
             _ = self.int.recv() => {}
         }
     }
+}
+
+/// Applies the layout named in the configuration after the restore; every step's outcome is
+/// logged, and a layout that cannot be used is reported, never fatal.
+fn apply_boot_layout(engine: &Engine, name: &str) {
+    let layout = match crate::layout::file::load(engine.host().root(), name) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(
+                layout = name,
+                "the layout to apply at start cannot be used: {e}"
+            );
+            return;
+        }
+    };
+    let cause = crate::engine::Cause {
+        method: "ApplyLayout".into(),
+        ..crate::engine::Cause::default()
+    };
+    let outcomes = crate::engine::with_cause(cause, || {
+        engine
+            .events()
+            .batch(|| crate::layout::apply(engine, &layout, false))
+    });
+    let mut not_ok = 0;
+    for o in &outcomes {
+        let ok = matches!(o.status, crate::layout::Status::Done);
+        not_ok += usize::from(!ok);
+        tracing::info!(
+            layout = name,
+            status = o.status.name(),
+            gpu = %o.gpu,
+            action = %o.action,
+            subject = %o.subject,
+            detail = %o.detail,
+            "layout step"
+        );
+    }
+    tracing::info!(
+        layout = name,
+        steps = outcomes.len(),
+        not_done = not_ok,
+        "layout applied at start"
+    );
 }

@@ -46,7 +46,7 @@ pub fn action_of(method: &str) -> Action {
     match method {
         "ListGpus" | "ListTypes" | "ListDevices" | "GetCapacity" | "GetTypeInfo"
         | "GetHostdevXml" | "RenderHostdevXml" | "RenderDomain" | "ListMigProfiles"
-        | "GetMetrics" => Action::Read,
+        | "GetMetrics" | "ListLayouts" | "DiffLayout" => Action::Read,
         "CreateDevice" | "RemoveDevice" | "ModifyDevice" | "StartDevice" | "StopDevice"
         | "AttachDevice" | "DetachDevice" => Action::ManageDevices,
         _ => Action::ConfigureHost,

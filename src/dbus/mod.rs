@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod error;
+pub mod layouts;
 pub mod limits;
 mod manager;
 pub mod nvidia;
@@ -46,6 +47,9 @@ pub async fn serve(
     };
     server
         .at(nvidia::PATH, nvidia::NvidiaObject(manager(libvirt.clone())))
+        .await?;
+    server
+        .at(layouts::PATH, layouts::LayoutsObject(manager(libvirt.clone())))
         .await?;
     server.at(paths::ROOT, manager(libvirt)).await?;
     publisher.export_all().await?;

@@ -1,0 +1,357 @@
+//! The layout plan's order and refusals, on hand-made host views.
+
+use super::file::parse;
+use super::plan::{diff, plan, Action, DeviceView, GpuView, HostView, InstanceView, Step};
+use crate::gpu_control::{SchedulerPolicy, SchedulerSetting};
+
+fn layout(text: &str) -> super::Layout {
+    parse(std::path::Path::new("t.toml"), text).expect("layout parses")
+}
+
+fn l40s(address: &str) -> GpuView {
+    GpuView {
+        address: address.into(),
+        model: "NVIDIA L40S".into(),
+        vfs: Some((0, 32)),
+        ..GpuView::default()
+    }
+}
+
+fn h200() -> GpuView {
+    GpuView {
+        address: "0000:49:00.0".into(),
+        model: "NVIDIA H200".into(),
+        vfs: Some((0, 32)),
+        mig: Some((false, false)),
+        profiles: vec![
+            (19, "1g.18gb".into(), 1),
+            (9, "3g.71gb".into(), 3),
+            (0, "7g.141gb".into(), 7),
+        ],
+        ..GpuView::default()
+    }
+}
+
+fn dev(uuid: &str, ty: &str, owner: &str, active: bool, created: u64) -> DeviceView {
+    DeviceView {
+        uuid: uuid.into(),
+        type_id: format!("nvidia-{ty}"),
+        type_name: format!("NVIDIA {ty}"),
+        owner: owner.into(),
+        active,
+        created,
+    }
+}
+
+fn names(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|s| {
+            let mut n = format!("{} {}", s.action.name(), s.action.subject());
+            if s.refused.is_some() {
+                n.push_str(" REFUSED");
+            }
+            n
+        })
+        .collect()
+}
+
+const DAY: &str = r#"
+[[gpu]]
+model = "nvidia l40s"
+vfs = 32
+heterogeneous = true
+scheduler = { policy = "equal-share", timeslice_ms = 3 }
+devices = [{ type = "L40S-4Q", count = 2, owner = "pool-day" }]
+"#;
+
+#[test]
+fn a_fresh_gpu_gets_vfs_then_modes_then_devices() {
+    let host = HostView {
+        gpus: vec![l40s("0000:41:00.0")],
+    };
+    let p = plan(&layout(DAY), &host);
+    assert_eq!(
+        names(&p.steps),
+        [
+            "set-vf-count 32",
+            "set-heterogeneous-mode on",
+            "set-scheduler equal-share timeslice_ms=3",
+            "create-device L40S-4Q owner=pool-day",
+            "create-device L40S-4Q owner=pool-day",
+        ]
+    );
+    assert!(p.steps.iter().all(|s| s.gpu == "0000:41:00.0"));
+}
+
+#[test]
+fn a_host_as_the_layout_says_needs_nothing() {
+    let mut g = l40s("0000:41:00.0");
+    g.vfs = Some((32, 32));
+    g.heterogeneous = true;
+    g.scheduler = Some(SchedulerSetting {
+        policy: SchedulerPolicy::EqualShare,
+        timeslice_ms: 3,
+        ..SchedulerSetting::default()
+    });
+    g.devices = vec![
+        dev("a", "L40S-4Q", "pool-day", true, 1),
+        dev("b", "L40S-4Q", "pool-day", true, 2),
+        dev("c", "L40S-8Q", "someone", true, 3),
+    ];
+    let host = HostView { gpus: vec![g] };
+    let l = layout(DAY);
+    assert_eq!(plan(&l, &host).steps, []);
+    assert_eq!(diff(&l, &host), []);
+}
+
+#[test]
+fn a_mig_change_turns_vfs_off_destroys_free_instances_then_builds_largest_first() {
+    let mut g = h200();
+    g.vfs = Some((32, 32));
+    g.instances = vec![InstanceView {
+        id: 5,
+        profile_id: 19,
+        profile: "1g.18gb".into(),
+        device: String::new(),
+    }];
+    g.mig = Some((true, true));
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:49:00.0"
+mig = false
+vfs = 16
+"#,
+    );
+    let p = plan(
+        &l,
+        &HostView {
+            gpus: vec![g.clone()],
+        },
+    );
+    assert_eq!(
+        names(&p.steps),
+        [
+            "set-vf-count 0",
+            "destroy-gpu-instance 5",
+            "set-mig-mode off",
+            "set-vf-count 16"
+        ]
+    );
+
+    g.mig = Some((false, false));
+    g.instances.clear();
+    g.vfs = Some((0, 32));
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:49:00.0"
+mig = true
+vfs = 32
+gpu_instances = ["1g.18gb", "3g.71gb", "19"]
+"#,
+    );
+    let p = plan(&l, &HostView { gpus: vec![g] });
+    assert_eq!(
+        names(&p.steps),
+        [
+            "set-mig-mode on",
+            "set-vf-count 32",
+            "create-gpu-instance 3g.71gb",
+            "create-gpu-instance 1g.18gb",
+            "create-gpu-instance 1g.18gb",
+        ]
+    );
+}
+
+#[test]
+fn a_running_device_that_is_not_the_pools_is_never_touched_and_is_named() {
+    let mut g = l40s("0000:41:00.0");
+    g.vfs = Some((16, 32));
+    g.devices = vec![
+        dev("guest-1", "L40S-4Q", "win10-vm", true, 1),
+        dev("pool-1", "L40S-4Q", "pool-day", true, 2),
+    ];
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:41:00.0"
+vfs = 32
+devices = [{ type = "L40S-4Q", count = 0, owner = "pool-day" }]
+"#,
+    );
+    let p = plan(&l, &HostView { gpus: vec![g] });
+    assert_eq!(
+        names(&p.steps),
+        ["remove-device pool-1", "set-vf-count 32 REFUSED"]
+    );
+    let why = p.steps[1].refused.as_deref().unwrap_or_default();
+    assert!(why.contains("guest-1 (owner win10-vm)"), "{why}");
+    assert!(!p
+        .steps
+        .iter()
+        .any(|s| s.action == Action::RemoveDevice("guest-1".into())));
+}
+
+#[test]
+fn a_shrinking_pool_gives_up_inactive_devices_first_then_the_newest() {
+    let mut g = l40s("0000:41:00.0");
+    g.devices = vec![
+        dev("old", "L40S-4Q", "pool", true, 1),
+        dev("new", "L40S-4Q", "pool", true, 9),
+        dev("idle", "L40S-4Q", "pool", false, 5),
+        dev("mid", "L40S-4Q", "pool", true, 5),
+        // The same pool's tag with a type the layout no longer wants goes too.
+        dev("wrong-size", "L40S-8Q", "pool", true, 1),
+    ];
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:41:00.0"
+devices = [{ type = "l40s-4q", count = 2, owner = "pool" }]
+"#,
+    );
+    let p = plan(
+        &l,
+        &HostView {
+            gpus: vec![g.clone()],
+        },
+    );
+    assert_eq!(
+        names(&p.steps),
+        [
+            "remove-device idle",
+            "remove-device new",
+            "remove-device wrong-size"
+        ]
+    );
+    let d = diff(&l, &HostView { gpus: vec![g] });
+    let items: Vec<String> = d
+        .iter()
+        .map(|d| format!("{} {} {}", d.item, d.wanted, d.actual))
+        .collect();
+    assert_eq!(
+        items,
+        [
+            "devices l40s-4q owner pool 2 4",
+            "devices NVIDIA L40S-8Q owner pool 0 1"
+        ]
+    );
+}
+
+#[test]
+fn an_instance_a_device_uses_is_never_destroyed() {
+    let mut g = h200();
+    g.mig = Some((true, true));
+    g.vfs = Some((32, 32));
+    g.instances = vec![
+        InstanceView {
+            id: 1,
+            profile_id: 9,
+            profile: "3g.71gb".into(),
+            device: "vdi-1".into(),
+        },
+        InstanceView {
+            id: 2,
+            profile_id: 9,
+            profile: "3g.71gb".into(),
+            device: String::new(),
+        },
+    ];
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:49:00.0"
+gpu_instances = ["3g.71gb"]
+"#,
+    );
+    // The free one goes; the one in use is what the layout keeps.
+    let p = plan(
+        &l,
+        &HostView {
+            gpus: vec![g.clone()],
+        },
+    );
+    assert_eq!(names(&p.steps), ["destroy-gpu-instance 2"]);
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:49:00.0"
+gpu_instances = ["7g.141gb"]
+"#,
+    );
+    let p = plan(&l, &HostView { gpus: vec![g] });
+    assert_eq!(
+        names(&p.steps),
+        [
+            "destroy-gpu-instance 1 REFUSED",
+            "destroy-gpu-instance 2",
+            "create-gpu-instance 7g.141gb"
+        ]
+    );
+    assert!(p.steps[0]
+        .refused
+        .as_deref()
+        .unwrap_or_default()
+        .contains("vdi-1"));
+}
+
+#[test]
+fn an_address_entry_wins_over_a_model_entry_and_a_missing_address_is_reported() {
+    let host = HostView {
+        gpus: vec![l40s("0000:81:00.0"), l40s("0000:41:00.0")],
+    };
+    let l = layout(
+        r#"
+[[gpu]]
+model = "NVIDIA L40S"
+vfs = 32
+[[gpu]]
+address = "0000:81:00.0"
+vfs = 16
+[[gpu]]
+address = "0000:99:00.0"
+vfs = 8
+"#,
+    );
+    let p = plan(&l, &host);
+    let got: Vec<(String, String)> = p
+        .steps
+        .iter()
+        .map(|s| (s.gpu.clone(), s.action.subject()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("0000:41:00.0".to_string(), "32".to_string()),
+            ("0000:81:00.0".to_string(), "16".to_string())
+        ]
+    );
+    assert_eq!(p.unmatched.len(), 1);
+    assert_eq!(p.unmatched[0].selector, "address 0000:99:00.0");
+}
+
+#[test]
+fn a_scheduler_change_waits_for_running_vgpus_but_devices_are_still_made() {
+    let mut g = l40s("0000:41:00.0");
+    g.vfs = Some((32, 32));
+    g.devices = vec![dev("desk", "L40S-4Q", "alice", true, 1)];
+    let l = layout(
+        r#"
+[[gpu]]
+address = "0000:41:00.0"
+scheduler = { policy = "fixed-share" }
+devices = [{ type = "L40S-4Q", count = 1, owner = "pool" }]
+"#,
+    );
+    let p = plan(&l, &HostView { gpus: vec![g] });
+    assert_eq!(
+        names(&p.steps),
+        [
+            "set-scheduler fixed-share REFUSED",
+            "create-device L40S-4Q owner=pool"
+        ]
+    );
+    assert!(!p.steps[0].action.is_structural());
+}
