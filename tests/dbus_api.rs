@@ -635,6 +635,7 @@ async fn introspection_matches_the_checked_in_xml() {
     for (path, iface) in [
         ("/org/vgpud1", "org.vgpud1.Manager"),
         ("/org/vgpud1/nvidia", "org.vgpud1.Nvidia"),
+        ("/org/vgpud1/layouts", "org.vgpud1.Layouts"),
         (gpu_path.as_str(), "org.vgpud1.Gpu"),
         (dev_path.as_str(), "org.vgpud1.Device"),
     ] {

@@ -49,7 +49,10 @@ pub async fn serve(
         .at(nvidia::PATH, nvidia::NvidiaObject(manager(libvirt.clone())))
         .await?;
     server
-        .at(layouts::PATH, layouts::LayoutsObject(manager(libvirt.clone())))
+        .at(
+            layouts::PATH,
+            layouts::LayoutsObject(manager(libvirt.clone())),
+        )
         .await?;
     server.at(paths::ROOT, manager(libvirt)).await?;
     publisher.export_all().await?;
