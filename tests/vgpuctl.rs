@@ -1,0 +1,969 @@
+//! vgpuctl, the operator's command line, as a real process against a real vgpud on a private
+//! bus and a simulated host: every command with its effect checked through busctl or vgpuctl
+//! itself, the tables and the JSON against golden files (`tests/golden/vgpuctl/`; regenerate
+//! with `VGPUD_REGENERATE_GOLDEN=1 cargo test --test vgpuctl`), the exit code of each error
+//! class, events, completions, the man page and the install.
+//!
+//! vgpuctl is its own package: `cargo build --workspace` builds it next to vgpud (CI does
+//! before the tests). The layout commands (`layouts`, `apply`, `diff`) get their tests with
+//! the daemon's side of layouts.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::daemon::{vgpud_bin, Policy, TestBus};
+use common::golden::assert_golden;
+use common::nvml::fake_library;
+use common::setup::Setup;
+use serde_json::Value;
+
+/// The vgpuctl binary next to vgpud.
+fn vgpuctl() -> PathBuf {
+    let path = Path::new(vgpud_bin()).with_file_name("vgpuctl");
+    assert!(
+        path.is_file(),
+        "{} is missing: vgpuctl is a package of its own; run `cargo build --workspace` first \
+         (CI does)",
+        path.display()
+    );
+    path
+}
+
+/// What a vgpuctl run left.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs vgpuctl with `args` as they are.
+fn run_raw(args: &[&str]) -> Run {
+    let out = Command::new(vgpuctl())
+        .args(args)
+        .output()
+        .expect("run vgpuctl");
+    Run {
+        code: out.status.code().expect("vgpuctl exited, not killed"),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// Runs `vgpuctl --address BUS args…`.
+fn ctl(s: &Setup, args: &[&str]) -> Run {
+    let mut all = vec!["--address", s.bus.address.as_str()];
+    all.extend_from_slice(args);
+    run_raw(&all)
+}
+
+/// stdout of a run that must succeed.
+#[track_caller]
+fn ok(s: &Setup, args: &[&str]) -> String {
+    let r = ctl(s, args);
+    assert_eq!(
+        r.code, 0,
+        "vgpuctl {args:?} failed: {}{}",
+        r.stderr, r.stdout
+    );
+    r.stdout
+}
+
+/// The `--json` document of a run that must succeed.
+#[track_caller]
+fn json(s: &Setup, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let text = ok(s, &all);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("vgpuctl {all:?}: {e}:\n{text}"))
+}
+
+/// stderr of a run that must fail with `code`, printing nothing on stdout.
+#[track_caller]
+fn fails(s: &Setup, args: &[&str], code: i32) -> String {
+    let r = ctl(s, args);
+    assert_eq!(
+        r.code, code,
+        "vgpuctl {args:?}: expected exit {code}; stdout {:?}, stderr {:?}",
+        r.stdout, r.stderr
+    );
+    assert!(r.stdout.is_empty(), "nothing on stdout: {:?}", r.stdout);
+    assert!(
+        r.stderr.starts_with("vgpuctl: "),
+        "the error is named: {:?}",
+        r.stderr
+    );
+    r.stderr
+}
+
+/// A failing run as a golden-file entry: the command, the exit code and stderr.
+fn error_entry(s: &Setup, args: &[&str], code: i32) -> String {
+    let stderr = fails(s, args, code);
+    format!("$ vgpuctl {}\nexit {code}\n{stderr}\n", args.join(" "))
+}
+
+/// vgpuctl's JSON text with what changes from run to run (`"created": N`) as 0, byte for
+/// byte otherwise; it must parse.
+fn normalized(text: &str) -> String {
+    serde_json::from_str::<Value>(text).unwrap_or_else(|e| panic!("not JSON: {e}:\n{text}"));
+    text.lines()
+        .map(|l| match l.trim_start().strip_prefix("\"created\": ") {
+            Some(rest) => {
+                let indent = &l[..l.len() - l.trim_start().len()];
+                let comma = if rest.ends_with(',') { "," } else { "" };
+                format!("{indent}\"created\": 0{comma}")
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// `--json` output of a run that must succeed, normalized.
+#[track_caller]
+fn json_text(s: &Setup, args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.push("--json");
+    normalized(&ok(s, &all))
+}
+
+/// A device listing with its `created:` time replaced, alignment kept.
+fn normalized_text(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.starts_with("created:") {
+                format!("{}<time>", l.trim_end_matches(|c: char| c.is_ascii_digit()))
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// The UUIDs `busctl … ListDevices` reports.
+fn busctl_devices(s: &Setup) -> Vec<String> {
+    let data = s.busctl_manager("ListDevices", &[]).expect("ListDevices");
+    data[0]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row[0].as_str().expect("uuid").to_string())
+        .collect()
+}
+
+/// `busctl get-property` of a GPU's property, as JSON `data`.
+fn busctl_gpu_property(s: &Setup, gpu: &str, property: &str) -> Value {
+    let path = vgpud_client::paths::gpu_path(gpu).to_string();
+    let out = s.bus.busctl(&[
+        "--json=short",
+        "get-property",
+        "org.vgpud1",
+        &path,
+        "org.vgpud1.Gpu",
+        property,
+    ]);
+    assert!(
+        out.status.success(),
+        "busctl get-property {property}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("busctl prints JSON");
+    v["data"].clone()
+}
+
+/// The UUIDs `vgpuctl devices --json` lists.
+fn listed(s: &Setup) -> Vec<String> {
+    json(s, &["devices"])
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|d| d["uuid"].as_str().expect("uuid").to_string())
+        .collect()
+}
+
+const U1: &str = "11111111-2222-4333-8444-000000000001";
+const U2: &str = "11111111-2222-4333-8444-000000000002";
+const U3: &str = "11111111-2222-4333-8444-000000000003";
+const UNKNOWN: &str = "11111111-2222-4333-8444-00000000ffff";
+
+#[test]
+fn help_lists_every_command_and_the_exit_codes() {
+    let help = run_raw(&["--help"]);
+    assert_eq!(help.code, 0);
+    assert!(help.stdout.contains("Exit status:"), "{}", help.stdout);
+    assert_golden("vgpuctl/help.txt", &help.stdout);
+    for (sub, file) in [
+        (&["create", "--help"][..], "vgpuctl/help-create.txt"),
+        (&["mig", "--help"][..], "vgpuctl/help-mig.txt"),
+        (
+            &["scheduler", "set", "--help"][..],
+            "vgpuctl/help-scheduler-set.txt",
+        ),
+    ] {
+        let r = run_raw(sub);
+        assert_eq!(r.code, 0, "{sub:?}: {}", r.stderr);
+        assert_golden(file, &r.stdout);
+    }
+    // clap's own usage errors are 2, like vgpud's InvalidArgument.
+    for args in [
+        &["create"][..],
+        &["--system", "--session", "gpus"],
+        &["modify", U1, "--persistent", "maybe"],
+        &["heterogeneous", "0000:01:00.0", "sideways"],
+        &["no-such-command"],
+    ] {
+        let r = run_raw(args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stdout.is_empty());
+    }
+}
+
+#[test]
+fn an_unreachable_vgpud_exits_6() {
+    let mut golden = String::new();
+    // No bus at all.
+    let args = [
+        "--address",
+        "unix:path=/nonexistent/vgpuctl-test-bus",
+        "gpus",
+    ];
+    let r = run_raw(&args);
+    assert_eq!(r.code, 6, "{}", r.stderr);
+    golden.push_str(&format!(
+        "$ vgpuctl {}\nexit 6\n{}\n",
+        args.join(" "),
+        r.stderr
+    ));
+    // A bus where nobody owns org.vgpud1.
+    let bus = TestBus::start(Policy::Open);
+    for cmd in [
+        &["gpus"][..],
+        &["devices", "--json"],
+        &["mig", "profiles", "0000:01:00.0"],
+    ] {
+        let mut all = vec!["--address", bus.address.as_str()];
+        all.extend_from_slice(cmd);
+        let r = run_raw(&all);
+        assert_eq!(r.code, 6, "{cmd:?}: {}", r.stderr);
+        assert!(r.stdout.is_empty());
+        golden.push_str(&format!(
+            "$ vgpuctl --address <bus> {}\nexit 6\n{}\n",
+            cmd.join(" "),
+            r.stderr
+        ));
+    }
+    assert_golden("vgpuctl/errors-unreachable.txt", golden);
+}
+
+#[tokio::test]
+async fn tables_and_json_of_a_mixed_host() {
+    let s = Setup::new(&["mixed"]).await;
+    assert_golden("vgpuctl/gpus.txt", ok(&s, &["gpus"]));
+    assert_golden("vgpuctl/gpus.json", json_text(&s, &["gpus"]));
+    assert_golden("vgpuctl/types.txt", ok(&s, &["types"]));
+    assert_golden("vgpuctl/types.json", json_text(&s, &["types"]));
+    assert_golden(
+        "vgpuctl/types-available-mtty.txt",
+        ok(&s, &["types", "--available", "--gpu", "mtty"]),
+    );
+    let rtx = "0000:3b:00.0";
+    assert_golden("vgpuctl/gpu.txt", ok(&s, &["gpu", rtx]));
+    assert_eq!(
+        ok(&s, &["gpus", "show", rtx]),
+        ok(&s, &["gpu", rtx]),
+        "gpus show is gpu"
+    );
+    assert_golden("vgpuctl/gpu.json", json_text(&s, &["gpu", rtx]));
+    assert_golden(
+        "vgpuctl/type-info.txt",
+        ok(&s, &["type-info", "RTX6000-4Q"]),
+    );
+    assert_golden(
+        "vgpuctl/type-info.json",
+        json_text(&s, &["type-info", "RTX6000-4Q", "--parent", rtx]),
+    );
+    assert_eq!(
+        ok(&s, &["capacity", "RTX6000-4Q"]),
+        "12\n",
+        "two RTX 6000, 6 each"
+    );
+    assert_eq!(
+        json(
+            &s,
+            &[
+                "capacity",
+                "RTX6000-4Q",
+                "--parent",
+                rtx,
+                "--numa-node",
+                "0"
+            ]
+        ),
+        serde_json::json!({"type": "RTX6000-4Q", "capacity": 6})
+    );
+
+    // Two devices with fixed UUIDs, then the device tables.
+    assert_eq!(
+        ok(
+            &s,
+            &[
+                "create",
+                "RTX6000-4Q",
+                "--parent",
+                rtx,
+                "--owner",
+                "vm1",
+                "--uuid",
+                U1
+            ]
+        ),
+        format!("{U1}\n")
+    );
+    let made = json(
+        &s,
+        &[
+            "create",
+            "mtty-2",
+            "--uuid",
+            U2,
+            "--transient",
+            "--no-autostart",
+            "--policy",
+            "spread",
+        ],
+    );
+    assert_eq!(made["uuid"], U2, "{made}");
+    assert_eq!(
+        made["path"],
+        vgpud_client::paths::device_path(U2).to_string()
+    );
+    assert_golden("vgpuctl/devices.txt", ok(&s, &["devices"]));
+    assert_golden("vgpuctl/devices.json", json_text(&s, &["devices"]));
+    assert_golden(
+        "vgpuctl/device.txt",
+        normalized_text(&ok(&s, &["device", U1])),
+    );
+    assert_golden("vgpuctl/device.json", json_text(&s, &["device", U1]));
+    let transient = json(&s, &["device", U2]);
+    assert_eq!(
+        (&transient["persistent"], &transient["autostart"]),
+        (&Value::Bool(false), &Value::Bool(false)),
+        "{transient}"
+    );
+    assert_eq!(ok(&s, &["capacity", "RTX6000-4Q", "--parent", rtx]), "5\n");
+    assert_eq!(
+        json(&s, &["gpu", rtx])["devices"],
+        serde_json::json!([vgpud_client::paths::device_path(U1).to_string()])
+    );
+}
+
+#[tokio::test]
+async fn a_device_is_made_changed_rendered_and_removed() {
+    let s = Setup::new(&["nvidia-turing"]).await;
+    let gpu = "0000:3b:00.0";
+    assert_eq!(
+        ok(
+            &s,
+            &[
+                "create",
+                "RTX6000-2Q",
+                "--parent",
+                gpu,
+                "--uuid",
+                U1,
+                "--owner",
+                "vm1"
+            ]
+        ),
+        format!("{U1}\n")
+    );
+    // vgpuctl and busctl both see it.
+    assert_eq!(listed(&s), vec![U1.to_string()]);
+    assert_eq!(busctl_devices(&s), vec![U1.to_string()]);
+    let d = json(&s, &["device", U1]);
+    assert_eq!(d["owner"], "vm1");
+    assert_eq!(d["type_name"], "GRID RTX6000-2Q");
+    assert_eq!(d["active"], true);
+    assert!(s.host.path("etc/mdevctl.d").exists());
+
+    // A retry with --exist-ok is the same device.
+    assert_eq!(
+        ok(&s, &["create", "RTX6000-2Q", "--uuid", U1, "--exist-ok"]),
+        format!("{U1}\n")
+    );
+
+    // Stop and start.
+    assert_eq!(ok(&s, &["stop", U1]), "");
+    assert_eq!(json(&s, &["device", U1])["active"], false);
+    assert_eq!(ok(&s, &["start", U1]), "");
+    assert_eq!(json(&s, &["device", U1])["active"], true);
+
+    // Modify.
+    assert_eq!(
+        json(
+            &s,
+            &["modify", U1, "--persistent", "true", "--autostart", "false"]
+        ),
+        serde_json::json!({"uuid": U1, "persistent": true, "autostart": false})
+    );
+    let d = json(&s, &["device", U1]);
+    assert_eq!(
+        (&d["persistent"], &d["autostart"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    ok(&s, &["modify", U1, "--persistent", "false"]);
+    assert_eq!(json(&s, &["device", U1])["persistent"], false);
+
+    // XML: as is, and with options.
+    assert_golden("vgpuctl/xml.txt", ok(&s, &["xml", U1]));
+    let xml = ok(&s, &["xml", U1, "--display", "--ramfb"]);
+    assert!(
+        xml.contains(r#"display="on""#) && xml.contains(r#"ramfb="on""#),
+        "{xml}"
+    );
+    assert_eq!(
+        json(&s, &["xml", U1])["xml"].as_str().map(|x| x.trim_end()),
+        Some(ok(&s, &["xml", U1]).trim_end())
+    );
+    // A domain for it.
+    let domain = ok(
+        &s,
+        &[
+            "domain",
+            "vdi-1",
+            U1,
+            "--memory-mib",
+            "8192",
+            "--vcpus",
+            "4",
+            "--uefi",
+            "--graphics",
+            "spice",
+            "--domain-uuid",
+            U3,
+        ],
+    );
+    assert_golden("vgpuctl/domain.xml", &domain);
+    assert!(
+        domain.contains("<name>vdi-1</name>") && domain.contains(U3),
+        "{domain}"
+    );
+    let minimal = ok(
+        &s,
+        &[
+            "domain",
+            "vdi-2",
+            U1,
+            "--template",
+            "minimal",
+            "--no-display",
+        ],
+    );
+    assert!(minimal.contains("<name>vdi-2</name>"), "{minimal}");
+
+    // Errors, each with its class's exit code.
+    let mut errors = String::new();
+    for (args, code) in [
+        (&["create", "RTX6000-2Q", "--uuid", U1][..], 4),
+        (&["create", "RTX6000-24Q", "--parent", gpu], 4),
+        (&["create", "no-such-type"], 3),
+        (&["create", "RTX6000-2Q", "--uuid", "not-a-uuid"], 2),
+        (&["device", UNKNOWN], 3),
+        (&["gpu", "0000:99:00.0"], 3),
+        (&["start", UNKNOWN], 3),
+        (&["capacity", "no-such-type"], 3),
+        (&["type-info", "no-such-type"], 3),
+        (&["xml", UNKNOWN], 3),
+        (&["vfs", gpu, "4"], 1),
+        (&["mig", "mode", gpu, "on"], 1),
+    ] {
+        errors.push_str(&error_entry(&s, args, code));
+    }
+    assert_golden("vgpuctl/errors.txt", errors);
+
+    // Remove: gone for vgpuctl and busctl; a second remove is not found.
+    assert_eq!(ok(&s, &["remove", U1]), "");
+    assert!(listed(&s).is_empty());
+    assert!(busctl_devices(&s).is_empty());
+    fails(&s, &["remove", U1], 3);
+    assert_eq!(
+        ok(&s, &["devices"]),
+        "UUID  KIND  GPU  PARENT  TYPE  OWNER  ACTIVE  PERSISTENT  AUTOSTART\n"
+    );
+    assert_eq!(json(&s, &["devices"]), serde_json::json!([]));
+}
+
+#[tokio::test]
+async fn attach_and_detach_reach_libvirt() {
+    // libvirt's test driver: the domain "test" exists and cannot attach.
+    let s = Setup::with_args(&["mtty"], &["--libvirt-uri", "test:///default"]).await;
+    ok(&s, &["create", "mtty-1", "--uuid", U1]);
+    for verb in ["attach", "detach"] {
+        let e = fails(&s, &[verb, U1, "test", "--live", "--config"], 1);
+        assert!(e.contains("org.vgpud1.Error.Libvirt"), "{e}");
+        let e = fails(&s, &[verb, U1, "no-such-domain"], 3);
+        assert!(e.contains("org.vgpud1.Error.NotFound"), "{e}");
+    }
+    fails(&s, &["attach", UNKNOWN, "test"], 3);
+}
+
+/// A simulated H200 host with vgpud using the fake NVML library.
+async fn h200() -> Setup {
+    let lib = fake_library().to_string_lossy().into_owned();
+    Setup::with_args(&["nvidia-h200"], &["--nvml-library", &lib]).await
+}
+
+#[tokio::test]
+async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
+    let s = h200().await;
+    let (mig, other) = ("0000:49:00.0", "0000:c9:00.0");
+    assert_golden("vgpuctl/gpus-h200.txt", ok(&s, &["gpus"]));
+
+    // MIG on, then the profiles.
+    assert_eq!(
+        json(&s, &["mig", "mode", mig, "on"]),
+        serde_json::json!({"gpu": mig, "mig_current": true, "mig_pending": true})
+    );
+    assert_eq!(
+        busctl_gpu_property(&s, mig, "MigMode"),
+        serde_json::json!([true, true])
+    );
+    assert_golden(
+        "vgpuctl/mig-profiles.txt",
+        ok(&s, &["mig", "profiles", mig]),
+    );
+    assert_golden(
+        "vgpuctl/mig-profiles.json",
+        json_text(&s, &["mig", "profiles", mig]),
+    );
+
+    // VFs.
+    assert_eq!(
+        ok(&s, &["vfs", mig, "32"]),
+        format!("{mig}: 32 VFs enabled\n")
+    );
+    assert_eq!(busctl_gpu_property(&s, mig, "NumVfs"), 32);
+
+    // A GPU instance at placement 4, seen by busctl, then destroyed.
+    let id = ok(
+        &s,
+        &[
+            "mig",
+            "create",
+            mig,
+            "3g.71gb",
+            "--placement",
+            "4",
+            "--transient",
+        ],
+    );
+    let id: u32 = id.trim().parse().expect("an instance id");
+    let instances = json(&s, &["mig", "instances", mig]);
+    assert_eq!(
+        instances,
+        serde_json::json!([{"id": id, "profile_id": 9, "profile": "3g.71gb", "start": 4, "size": 4, "device": ""}])
+    );
+    assert_eq!(
+        busctl_gpu_property(&s, mig, "GpuInstances"),
+        serde_json::json!([[id, 9, "3g.71gb", 4, 4, ""]])
+    );
+    let table = ok(&s, &["mig", "instances", mig]);
+    assert_eq!(
+        table,
+        format!("ID  PROFILE  PROFILE_ID  PLACEMENT  DEVICE\n{id:<2}  3g.71gb  9           4+4        -\n")
+    );
+    // The same placement again: no room, exit 4.
+    fails(
+        &s,
+        &["mig", "create", mig, "3g.71gb", "--placement", "4"],
+        4,
+    );
+    assert_eq!(
+        json(&s, &["mig", "destroy", mig, &id.to_string()]),
+        serde_json::json!({"gpu": mig, "id": id, "destroyed": true})
+    );
+    assert_eq!(
+        busctl_gpu_property(&s, mig, "GpuInstances"),
+        serde_json::json!([])
+    );
+    fails(&s, &["mig", "destroy", mig, &id.to_string()], 3);
+
+    // A MIG-backed vGPU makes its instance; capacity counts it; metrics of both.
+    assert_golden(
+        "vgpuctl/capacity-mig.json",
+        json_text(&s, &["capacity", "H200X-1-18C", "--parent", mig]),
+    );
+    ok(
+        &s,
+        &["create", "H200X-1-18C", "--parent", mig, "--uuid", U1],
+    );
+    let instances = json(&s, &["mig", "instances", mig]);
+    assert_eq!(instances[0]["device"], U1, "{instances}");
+    assert_eq!(ok(&s, &["capacity", "H200X-1-18C", "--parent", mig]), "6\n");
+    let gpu_metrics = json(&s, &["metrics", mig]);
+    for key in [
+        "gpu_utilization",
+        "memory_used",
+        "memory_total",
+        "temperature",
+    ] {
+        assert!(gpu_metrics.get(key).is_some(), "{key} in {gpu_metrics}");
+    }
+    let text = ok(&s, &["metrics", mig]);
+    assert!(
+        text.contains("memory_total:") && text.contains("GiB"),
+        "{text}"
+    );
+    let vgpu_metrics = json(&s, &["metrics", U1]);
+    assert_eq!(
+        vgpu_metrics["gpu_instance"], instances[0]["id"],
+        "{vgpu_metrics}"
+    );
+    // Its instance is in use: Busy, exit 4; the scheduler under MIG: NotSupported, exit 1.
+    let busy = instances[0]["id"].to_string();
+    let e = fails(&s, &["mig", "destroy", mig, &busy], 4);
+    assert!(e.contains("org.vgpud1.Error.Busy") && e.contains(U1), "{e}");
+    let e = fails(&s, &["scheduler", "set", mig, "--policy", "equal-share"], 1);
+    assert!(e.contains("org.vgpud1.Error.NotSupported"), "{e}");
+    ok(&s, &["remove", U1]);
+    assert_eq!(json(&s, &["mig", "instances", mig]), serde_json::json!([]));
+
+    // The scheduler of the other GPU: set, shown, and in busctl's Scheduler property.
+    assert_golden(
+        "vgpuctl/scheduler-show.txt",
+        ok(&s, &["scheduler", "show", other]),
+    );
+    let root = s.host.root.to_string_lossy().into_owned();
+    let set = ok(
+        &s,
+        &[
+            "scheduler",
+            "set",
+            other,
+            "--policy",
+            "equal-share",
+            "--timeslice-ms",
+            "3",
+        ],
+    );
+    assert_golden("vgpuctl/scheduler-set.txt", set.replace(&root, "<root>"));
+    let shown = json(&s, &["scheduler", "show", other]);
+    assert_eq!(shown["policy"], "equal-share", "{shown}");
+    assert_eq!(shown["timeslice_ms"], 3, "{shown}");
+    let sched = busctl_gpu_property(&s, other, "Scheduler");
+    assert_eq!(sched["policy"]["data"], "equal-share", "{sched}");
+    let later = json(
+        &s,
+        &[
+            "scheduler",
+            "set",
+            other,
+            "--policy",
+            "equal-share",
+            "--arr",
+            "true",
+            "--avg-factor",
+            "2",
+            "--frequency-hz",
+            "80",
+            "--no-runtime",
+        ],
+    );
+    assert_eq!(later["applied"], false, "{later}");
+    // Neither now nor later: nothing to do, a usage error.
+    let e = fails(
+        &s,
+        &["scheduler", "set", other, "--no-runtime", "--transient"],
+        2,
+    );
+    assert!(e.contains("org.vgpud1.Error.InvalidArgument"), "{e}");
+    fails(&s, &["scheduler", "set", other, "--timeslice-ms", "31"], 2);
+
+    // Heterogeneous mode needs VFs: NotSupported (1), then on and off.
+    fails(&s, &["heterogeneous", other, "on"], 1);
+    assert_eq!(
+        json(&s, &["vfs", other, "32", "--transient"])["num_vfs"],
+        32
+    );
+    assert_eq!(ok(&s, &["heterogeneous", other, "on"]), "");
+    assert_eq!(busctl_gpu_property(&s, other, "HeterogeneousMode"), true);
+    assert_eq!(json(&s, &["gpu", other])["heterogeneous_mode"], true);
+    assert_eq!(
+        json(&s, &["heterogeneous", other, "off", "--transient"]),
+        serde_json::json!({"gpu": other, "heterogeneous_mode": false})
+    );
+    assert_eq!(busctl_gpu_property(&s, other, "HeterogeneousMode"), false);
+    // VFs off again; MIG off on the first GPU once its VFs are off.
+    ok(&s, &["vfs", other, "0"]);
+    assert_eq!(busctl_gpu_property(&s, other, "NumVfs"), 0);
+    fails(&s, &["mig", "mode", mig, "off"], 4);
+    ok(&s, &["vfs", mig, "0"]);
+    assert_eq!(
+        ok(&s, &["mig", "mode", mig, "off"]),
+        format!("{mig}: MIG off\n")
+    );
+    assert_eq!(
+        busctl_gpu_property(&s, mig, "MigMode"),
+        serde_json::json!([false, false])
+    );
+}
+
+/// Spawns `vgpuctl --address BUS watch ARGS…` and waits until it has subscribed; its stdout
+/// lines come through the channel.
+fn spawn_watch(s: &Setup, args: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(vgpuctl())
+        .args(["--address", &s.bus.address, "watch"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vgpuctl watch");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut first = String::new();
+    BufReader::new(stderr)
+        .read_line(&mut first)
+        .expect("read the watch's stderr");
+    assert!(
+        first.contains("watching"),
+        "the watch subscribed: {first:?}"
+    );
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Waits for a child's exit code, killing it after `limit`.
+fn wait_exit(child: &mut std::process::Child, limit: Duration) -> i32 {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code().expect("an exit code, not a signal");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("vgpuctl watch did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn watch_prints_events_as_they_come() {
+    let s = Setup::new(&["mtty"]).await;
+
+    // --json --count 2: a create's DeviceCreated and the GPU's PropertiesChanged.
+    let (mut child, lines) = spawn_watch(&s, &["--count", "2", "--json"]);
+    ok(&s, &["create", "mtty-1", "--uuid", U1]);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
+    let events: Vec<Value> = lines
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    let created = events
+        .iter()
+        .find(|e| e["event"] == "device-created")
+        .unwrap_or_else(|| panic!("no device-created in {events:?}"));
+    assert_eq!(created["uuid"], U1);
+    assert_eq!(
+        created["path"],
+        vgpud_client::paths::device_path(U1).to_string()
+    );
+    let props = events
+        .iter()
+        .find(|e| e["event"] == "properties-changed")
+        .unwrap_or_else(|| panic!("no properties-changed in {events:?}"));
+    assert_eq!(props["interface"], "org.vgpud1.Gpu", "{props}");
+    assert!(props["changed"]["Devices"].is_array(), "{props}");
+
+    // Human lines until SIGINT, which exits 0.
+    let (mut child, lines) = spawn_watch(&s, &[]);
+    ok(&s, &["remove", U1]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.starts_with("device-removed"))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("no device-removed line; saw {seen:?}"),
+        }
+    }
+    assert!(seen.contains(&format!("device-removed {U1}")), "{seen:?}");
+    let props = seen
+        .iter()
+        .find(|l| l.starts_with("properties "))
+        .map(String::as_str)
+        .unwrap_or_default();
+    let gpu_path = vgpud_client::paths::gpu_path("mtty").to_string();
+    if !props.is_empty() {
+        assert_eq!(
+            props,
+            format!("properties {gpu_path} org.vgpud1.Gpu Devices=[]")
+        );
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(kill.success());
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
+}
+
+#[test]
+fn completions_parse_and_the_man_page_renders() {
+    let bash = run_raw(&["completions", "bash"]);
+    assert_eq!(bash.code, 0);
+    assert!(bash.stdout.contains("vgpuctl"), "{}", bash.stdout);
+    let mut check = Command::new("bash")
+        .arg("-n")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bash");
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(bash.stdout.as_bytes())
+        .expect("write");
+    let out = check.wait_with_output().expect("bash -n");
+    assert!(
+        out.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for shell in ["zsh", "fish"] {
+        let r = run_raw(&["completions", shell]);
+        assert_eq!(r.code, 0, "{shell}: {}", r.stderr);
+        assert!(
+            r.stdout.contains("vgpuctl") && r.stdout.contains("scheduler"),
+            "{shell}"
+        );
+    }
+    let r = run_raw(&["completions", "tcsh"]);
+    assert_eq!(r.code, 2, "an unknown shell is a usage error");
+
+    let page = run_raw(&["man"]);
+    assert_eq!(page.code, 0, "{}", page.stderr);
+    assert!(page.stdout.starts_with(".ie") || page.stdout.starts_with(".TH"));
+    assert!(page.stdout.contains(".SH \"EXIT STATUS\""));
+    // groff with every warning on renders it without one; man reads it too.
+    let Some(text) = render_man(&page.stdout) else {
+        return;
+    };
+    for needle in [
+        "EXIT STATUS",
+        "vgpuctl mig create GPU PROFILE",
+        "NoCapacity",
+        "--address",
+    ] {
+        assert!(text.contains(needle), "{needle} in the man page:\n{text}");
+    }
+}
+
+/// The man page as text through groff (warnings are failures), or `None` after reporting
+/// that groff is missing.
+fn render_man(page: &str) -> Option<String> {
+    let child = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-P-cbou", "-rLL=200n"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            common::skip::cannot_run(
+                "completions_parse_and_the_man_page_renders",
+                &format!("groff cannot run ({e}); apt-get install groff-base"),
+            );
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(page.as_bytes())
+        .expect("write the page");
+    let out = child.wait_with_output().expect("groff");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.is_empty(),
+        "groff warns: {stderr}"
+    );
+    // Plain text: overstrikes and hyphenation marks gone.
+    let text = String::from_utf8_lossy(&out.stdout)
+        .replace('\u{2010}', "-")
+        .replace('\u{2212}', "-");
+    Some(text)
+}
+
+#[test]
+fn install_adds_vgpuctl_its_completions_and_man_page() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dest = dir.path().join("dest");
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/install"))
+        .env("DESTDIR", &dest)
+        .env("VGPUD_BINARY", vgpud_bin())
+        .env("VGPUCTL_BINARY", vgpuctl())
+        .output()
+        .expect("run tools/install");
+    assert!(
+        out.status.success(),
+        "tools/install failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = dest.join("usr/bin/vgpuctl");
+    let installed = Command::new(&bin)
+        .arg("--version")
+        .output()
+        .expect("run the installed vgpuctl");
+    assert!(installed.status.success());
+    assert!(String::from_utf8_lossy(&installed.stdout).starts_with("vgpuctl "));
+    for (path, needle) in [
+        ("usr/share/bash-completion/completions/vgpuctl", "_vgpuctl"),
+        (
+            "usr/share/zsh/vendor-completions/_vgpuctl",
+            "#compdef vgpuctl",
+        ),
+        (
+            "usr/share/fish/vendor_completions.d/vgpuctl.fish",
+            "complete -c vgpuctl",
+        ),
+    ] {
+        let text =
+            std::fs::read_to_string(dest.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(text.contains(needle), "{path} lacks {needle}");
+    }
+    let man = dest.join("usr/share/man/man1/vgpuctl.1.gz");
+    let unzipped = Command::new("gzip")
+        .arg("-dc")
+        .arg(&man)
+        .output()
+        .expect("gzip");
+    assert!(unzipped.status.success(), "{} is gzip", man.display());
+    assert_eq!(
+        String::from_utf8_lossy(&unzipped.stdout),
+        run_raw(&["man"]).stdout,
+        "the installed page is vgpuctl's"
+    );
+}
