@@ -910,9 +910,7 @@ fn render_man(page: &str) -> Option<String> {
         "groff warns: {stderr}"
     );
     // Plain text: overstrikes and hyphenation marks gone.
-    let text = String::from_utf8_lossy(&out.stdout)
-        .replace('\u{2010}', "-")
-        .replace('\u{2212}', "-");
+    let text = String::from_utf8_lossy(&out.stdout).replace(['\u{2010}', '\u{2212}'], "-");
     Some(text)
 }
 
