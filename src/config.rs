@@ -48,6 +48,22 @@ pub struct FileConfig {
     /// `[layouts]`.
     #[serde(default)]
     pub layouts: LayoutsConfig,
+    /// `[metrics]`.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: Prometheus metrics, off unless a key says where.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `listen = "127.0.0.1:9835"`: serve `GET /metrics` there (a loopback address only).
+    pub listen: Option<std::net::SocketAddr>,
+    /// `textfile = "/var/lib/prometheus/node-exporter/vgpud.prom"`: write them there for
+    /// node_exporter's textfile collector.
+    pub textfile: Option<PathBuf>,
+    /// `textfile_interval_s = 15`: how often the textfile is written.
+    pub textfile_interval_s: Option<u64>,
 }
 
 /// `[layouts]`.

@@ -28,6 +28,7 @@ pub mod engine;
 pub mod gpu_control;
 pub mod hook;
 pub mod layout;
+pub mod metrics;
 pub mod host;
 pub mod libvirt;
 pub mod model;

@@ -53,6 +53,14 @@ struct Cli {
     /// [default: from etc/vgpud/vgpud.toml, else none]
     #[arg(long, value_name = "NAME")]
     apply_layout: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (a loopback address only)
+    /// [default: from etc/vgpud/vgpud.toml, else off]
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Write Prometheus metrics to this node_exporter textfile
+    /// [default: from etc/vgpud/vgpud.toml, else off]
+    #[arg(long, value_name = "PATH")]
+    metrics_textfile: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -183,7 +191,23 @@ fn main() -> ExitCode {
                 },
                 nvml_library: cli.nvml_library.or(file.nvidia.nvml_library),
                 apply_layout: cli.apply_layout.or(file.layouts.apply_at_boot),
+                metrics_listen: cli.metrics_listen.or(file.metrics.listen),
+                metrics_textfile: cli.metrics_textfile.or(file.metrics.textfile),
+                metrics_interval: std::time::Duration::from_secs(
+                    file.metrics
+                        .textfile_interval_s
+                        .unwrap_or(15)
+                        .clamp(1, 3600),
+                ),
             };
+            if let Some(addr) = config.metrics_listen {
+                if !vgpud::metrics::export::is_local(&addr) {
+                    eprintln!(
+                        "vgpud: the metrics listener must be on a loopback address (127.0.0.1, [::1]), not {addr}: put a proxy with authentication in front to serve it further"
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
             if let Some(name) = &config.apply_layout {
                 if let Err(e) = vgpud::layout::file::check_name(name) {
                     eprintln!("vgpud: --apply-layout or [layouts] apply_at_boot: {e}");

@@ -50,6 +50,12 @@ pub struct Config {
     pub nvml_library: Option<PathBuf>,
     /// A layout to apply after the restore at start.
     pub apply_layout: Option<String>,
+    /// Serve Prometheus metrics on this (loopback) address.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Write Prometheus metrics to this node_exporter textfile.
+    pub metrics_textfile: Option<PathBuf>,
+    /// How often the textfile is written.
+    pub metrics_interval: std::time::Duration,
 }
 
 /// The NVIDIA control plane the configuration asks for; [`Unavailable`] with the reason
@@ -241,6 +247,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         tokio::spawn(watchdog::run(engine.clone(), interval))
     });
     let audit = crate::audit::spawn(&engine);
+    let metrics = start_metrics(&config, &engine).await;
 
     termination.wait().await;
     watcher.abort();
@@ -248,6 +255,9 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         pinger.abort();
     }
     audit.abort();
+    for task in metrics {
+        task.abort();
+    }
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("stopping");
     // The files the journal wrote are made durable, so the next start applies nothing again.
@@ -328,4 +338,37 @@ fn apply_boot_layout(engine: &Engine, name: &str) {
         not_done = not_ok,
         "layout applied at start"
     );
+}
+
+/// Starts the metrics exporters the configuration asks for; a listener that cannot bind is
+/// reported, not fatal.
+async fn start_metrics(config: &Config, engine: &Arc<Engine>) -> Vec<tokio::task::JoinHandle<()>> {
+    use crate::metrics::export;
+    if config.metrics_listen.is_none() && config.metrics_textfile.is_none() {
+        return Vec::new();
+    }
+    let mut tasks = vec![crate::metrics::spawn_event_counter(engine)];
+    let renderer = export::Renderer::new(engine.clone());
+    if let Some(addr) = config.metrics_listen {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let bound = listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                tracing::info!(address = %bound, "serving metrics at http://{bound}/metrics");
+                tasks.push(tokio::spawn(export::serve(listener, renderer.clone())));
+            }
+            Err(e) => tracing::error!(address = %addr, "cannot serve metrics: {e}"),
+        }
+    }
+    if let Some(path) = config.metrics_textfile.clone() {
+        tracing::info!(path = %path.display(), "writing metrics for node_exporter");
+        tasks.push(tokio::spawn(export::write_textfile(
+            path,
+            config.metrics_interval,
+            renderer,
+        )));
+    }
+    tasks
 }

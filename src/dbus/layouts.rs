@@ -46,9 +46,13 @@ impl LayoutsObject {
         &self,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(String, String)>> {
-        self.0.admit(&header, "ListLayouts", &[], None).await?;
-        let root = self.0.engine.host().root().to_path_buf();
-        blocking(move || Ok(layout::file::list(&root))).await
+        self.0
+            .track("ListLayouts", async {
+                self.0.admit(&header, "ListLayouts", &[], None).await?;
+                let root = self.0.engine.host().root().to_path_buf();
+                blocking(move || Ok(layout::file::list(&root))).await
+            })
+            .await
     }
 
     /// Plans a layout on the host and applies it without taking away anything in use:
@@ -61,41 +65,45 @@ impl LayoutsObject {
         name: String,
         options: Options,
     ) -> Result<Vec<StepRow>> {
-        let cause = self
-            .0
-            .admit(
-                &header,
-                "ApplyLayout",
-                &[("name", &name, layout::file::MAX_NAME)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("ApplyLayout", options);
-        let dry_run = opts.boolean("dry_run")?.unwrap_or(false);
-        opts.finish(&["dry_run"])?;
-        let wanted = self.load(&name)?;
-        let engine = self.0.engine.clone();
-        let outcomes = if dry_run {
-            blocking(move || Ok(layout::apply(&engine, &wanted, true))).await?
-        } else {
-            self.0
-                .changing(cause, &format!("layout {name}"), move || {
-                    Ok(layout::apply(&engine, &wanted, false))
-                })
-                .await?
-        };
-        Ok(outcomes
-            .into_iter()
-            .map(|o| {
-                (
-                    o.status.name().to_string(),
-                    o.gpu,
-                    o.action,
-                    o.subject,
-                    o.detail,
-                )
+        self.0
+            .track("ApplyLayout", async {
+                let cause = self
+                    .0
+                    .admit(
+                        &header,
+                        "ApplyLayout",
+                        &[("name", &name, layout::file::MAX_NAME)],
+                        Some(&options),
+                    )
+                    .await?;
+                let mut opts = OptionReader::new("ApplyLayout", options);
+                let dry_run = opts.boolean("dry_run")?.unwrap_or(false);
+                opts.finish(&["dry_run"])?;
+                let wanted = self.load(&name)?;
+                let engine = self.0.engine.clone();
+                let outcomes = if dry_run {
+                    blocking(move || Ok(layout::apply(&engine, &wanted, true))).await?
+                } else {
+                    self.0
+                        .changing(cause, &format!("layout {name}"), move || {
+                            Ok(layout::apply(&engine, &wanted, false))
+                        })
+                        .await?
+                };
+                Ok(outcomes
+                    .into_iter()
+                    .map(|o| {
+                        (
+                            o.status.name().to_string(),
+                            o.gpu,
+                            o.action,
+                            o.subject,
+                            o.detail,
+                        )
+                    })
+                    .collect())
             })
-            .collect())
+            .await
     }
 
     /// What differs between a layout and the host: GPU, item, wanted, actual.
@@ -106,20 +114,25 @@ impl LayoutsObject {
         name: String,
     ) -> Result<Vec<(String, String, String, String)>> {
         self.0
-            .admit(
-                &header,
-                "DiffLayout",
-                &[("name", &name, layout::file::MAX_NAME)],
-                None,
-            )
-            .await?;
-        let wanted = self.load(&name)?;
-        let engine = self.0.engine.clone();
-        let diffs =
-            blocking(move || Ok(layout::plan::diff(&wanted, &layout::host_view(&engine)))).await?;
-        Ok(diffs
-            .into_iter()
-            .map(|d| (d.gpu, d.item, d.wanted, d.actual))
-            .collect())
+            .track("DiffLayout", async {
+                self.0
+                    .admit(
+                        &header,
+                        "DiffLayout",
+                        &[("name", &name, layout::file::MAX_NAME)],
+                        None,
+                    )
+                    .await?;
+                let wanted = self.load(&name)?;
+                let engine = self.0.engine.clone();
+                let diffs =
+                    blocking(move || Ok(layout::plan::diff(&wanted, &layout::host_view(&engine))))
+                        .await?;
+                Ok(diffs
+                    .into_iter()
+                    .map(|d| (d.gpu, d.item, d.wanted, d.actual))
+                    .collect())
+            })
+            .await
     }
 }

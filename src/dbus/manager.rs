@@ -42,10 +42,12 @@ pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> std::result::Result<T, EngineError> + Send + 'static,
 ) -> Result<T> {
     static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(ENGINE_CALLS);
+    let mut place = crate::metrics::QueuePlace::wait();
     let _slot = SLOTS
         .acquire()
         .await
         .map_err(|e| Error::Failed(format!("internal: {e}")))?;
+    place.run();
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r.map_err(Error::from),
         Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
@@ -53,6 +55,23 @@ pub(super) async fn blocking<T: Send + 'static>(
 }
 
 impl Manager {
+    /// Runs one call of `method`, counting it in the metrics by its outcome (the D-Bus
+    /// error name, or ok) with its latency.
+    pub(super) async fn track<T>(
+        &self,
+        method: &'static str,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        crate::metrics::counters().call(
+            method,
+            result.as_ref().err().map(|e| e.name()),
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+
     /// The one door of every method: the arguments are within their size limits (checked
     /// first, before anything else is done for the call), then the caller must hold the
     /// method's polkit action.
@@ -246,17 +265,21 @@ impl Manager {
         &self,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
-        self.admit(&header, "ListGpus", &[], None).await?;
-        Ok(self
-            .engine
-            .list_gpus()
-            .into_iter()
-            .map(|g| {
-                let modes: Vec<String> = g.sharing_modes.iter().map(|m| m.to_string()).collect();
-                let path = paths::gpu_path(&g.address);
-                (g.address, g.model, g.driver, modes.join(","), path)
-            })
-            .collect())
+        self.track("ListGpus", async {
+            self.admit(&header, "ListGpus", &[], None).await?;
+            Ok(self
+                .engine
+                .list_gpus()
+                .into_iter()
+                .map(|g| {
+                    let modes: Vec<String> =
+                        g.sharing_modes.iter().map(|m| m.to_string()).collect();
+                    let path = paths::gpu_path(&g.address);
+                    (g.address, g.model, g.driver, modes.join(","), path)
+                })
+                .collect())
+        })
+        .await
     }
 
     /// Every type of every GPU: GPU, id, name, framebuffer bytes, max and available now.
@@ -265,17 +288,20 @@ impl Manager {
         &self,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(String, String, String, u64, u32, u32)>> {
-        self.admit(&header, "ListTypes", &[], None).await?;
-        let engine = self.engine.clone();
-        let types = blocking(move || engine.list_types()).await?;
-        Ok(types
-            .into_iter()
-            .map(|(parent, t)| {
-                let fb = t.framebuffer_bytes();
-                let max = t.max_instances();
-                (parent, t.id, t.name, fb, max, t.available_instances)
-            })
-            .collect())
+        self.track("ListTypes", async {
+            self.admit(&header, "ListTypes", &[], None).await?;
+            let engine = self.engine.clone();
+            let types = blocking(move || engine.list_types()).await?;
+            Ok(types
+                .into_iter()
+                .map(|(parent, t)| {
+                    let fb = t.framebuffer_bytes();
+                    let max = t.max_instances();
+                    (parent, t.id, t.name, fb, max, t.available_instances)
+                })
+                .collect())
+        })
+        .await
     }
 
     /// Every device, also other tools' (active or defined): uuid, GPU, type, owner, object.
@@ -284,26 +310,29 @@ impl Manager {
         &self,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
-        self.admit(&header, "ListDevices", &[], None).await?;
-        let engine = self.engine.clone();
-        // Devices made or removed by other tools show up here at once, yet a storm of list
-        // calls costs at most one look at the host per 100 ms.
-        blocking(move || {
-            engine
-                .events()
-                .batch(|| engine.poll_if_older(std::time::Duration::from_millis(100)))
-        })
-        .await?;
-        self.publisher.catch_up().await;
-        Ok(self
-            .engine
-            .list_devices()
-            .into_iter()
-            .map(|d| {
-                let path = paths::device_path(&d.uuid);
-                (d.uuid, d.parent, d.type_id, d.owner, path)
+        self.track("ListDevices", async {
+            self.admit(&header, "ListDevices", &[], None).await?;
+            let engine = self.engine.clone();
+            // Devices made or removed by other tools show up here at once, yet a storm of list
+            // calls costs at most one look at the host per 100 ms.
+            blocking(move || {
+                engine
+                    .events()
+                    .batch(|| engine.poll_if_older(std::time::Duration::from_millis(100)))
             })
-            .collect())
+            .await?;
+            self.publisher.catch_up().await;
+            Ok(self
+                .engine
+                .list_devices()
+                .into_iter()
+                .map(|d| {
+                    let path = paths::device_path(&d.uuid);
+                    (d.uuid, d.parent, d.type_id, d.owner, path)
+                })
+                .collect())
+        })
+        .await
     }
 
     /// Makes a device of a type (id or name). Options: parent, uuid, owner, params,
@@ -315,37 +344,40 @@ impl Manager {
         r#type: String,
         options: Options,
     ) -> Result<(String, OwnedObjectPath)> {
-        let cause = self
-            .admit(
-                &header,
-                "CreateDevice",
-                &[("type", &r#type, limits::NAME)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("CreateDevice", options);
-        let persistent = opts.boolean("persistent")?.unwrap_or(true);
-        let req = CreateRequest {
-            type_query: r#type,
-            parent: opts.string("parent")?,
-            uuid: opts.string("uuid")?,
-            owner: opts.string("owner")?.unwrap_or_default(),
-            params: opts.string("params")?,
-            persistent,
-            autostart: opts.boolean("autostart")?.unwrap_or(persistent),
-            force: opts.boolean("force")?.unwrap_or(false),
-            policy: policy_option(&mut opts)?,
-            numa_node: numa_option(&mut opts, "CreateDevice")?,
-            exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
-            create_instance: opts.boolean("create_instance")?.unwrap_or(true),
-        };
-        opts.finish(CREATE_OPTIONS)?;
-        let engine = self.engine.clone();
-        let info = self
-            .changing(cause, "", move || engine.create_device(&req))
-            .await?;
-        let path = paths::device_path(&info.uuid);
-        Ok((info.uuid, path))
+        self.track("CreateDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "CreateDevice",
+                    &[("type", &r#type, limits::NAME)],
+                    Some(&options),
+                )
+                .await?;
+            let mut opts = OptionReader::new("CreateDevice", options);
+            let persistent = opts.boolean("persistent")?.unwrap_or(true);
+            let req = CreateRequest {
+                type_query: r#type,
+                parent: opts.string("parent")?,
+                uuid: opts.string("uuid")?,
+                owner: opts.string("owner")?.unwrap_or_default(),
+                params: opts.string("params")?,
+                persistent,
+                autostart: opts.boolean("autostart")?.unwrap_or(persistent),
+                force: opts.boolean("force")?.unwrap_or(false),
+                policy: policy_option(&mut opts)?,
+                numa_node: numa_option(&mut opts, "CreateDevice")?,
+                exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
+                create_instance: opts.boolean("create_instance")?.unwrap_or(true),
+            };
+            opts.finish(CREATE_OPTIONS)?;
+            let engine = self.engine.clone();
+            let info = self
+                .changing(cause, "", move || engine.create_device(&req))
+                .await?;
+            let path = paths::device_path(&info.uuid);
+            Ok((info.uuid, path))
+        })
+        .await
     }
 
     /// How many more of a type fit now. Options: parent, numa_node.
@@ -356,26 +388,29 @@ impl Manager {
         r#type: String,
         options: Options,
     ) -> Result<u32> {
-        self.admit(
-            &header,
-            "GetCapacity",
-            &[("type", &r#type, limits::NAME)],
-            Some(&options),
-        )
-        .await?;
-        let mut opts = OptionReader::new("GetCapacity", options);
-        let req = CreateRequest {
-            type_query: r#type,
-            parent: opts.string("parent")?,
-            numa_node: numa_option(&mut opts, "GetCapacity")?,
-            persistent: false,
-            autostart: false,
-            ..CreateRequest::default()
-        };
-        opts.finish(CAPACITY_OPTIONS)?;
-        req.validate().map_err(Error::from)?;
-        let engine = self.engine.clone();
-        blocking(move || engine.capacity(&req)).await
+        self.track("GetCapacity", async {
+            self.admit(
+                &header,
+                "GetCapacity",
+                &[("type", &r#type, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
+            let mut opts = OptionReader::new("GetCapacity", options);
+            let req = CreateRequest {
+                type_query: r#type,
+                parent: opts.string("parent")?,
+                numa_node: numa_option(&mut opts, "GetCapacity")?,
+                persistent: false,
+                autostart: false,
+                ..CreateRequest::default()
+            };
+            opts.finish(CAPACITY_OPTIONS)?;
+            req.validate().map_err(Error::from)?;
+            let engine = self.engine.clone();
+            blocking(move || engine.capacity(&req)).await
+        })
+        .await
     }
 
     /// A type's details (description, framebuffer, heads, class, placements...). Option: parent.
@@ -386,24 +421,27 @@ impl Manager {
         r#type: String,
         options: Options,
     ) -> Result<HashMap<String, OwnedVariant>> {
-        self.admit(
-            &header,
-            "GetTypeInfo",
-            &[("type", &r#type, limits::NAME)],
-            Some(&options),
-        )
-        .await?;
-        let mut opts = OptionReader::new("GetTypeInfo", options);
-        let req = CreateRequest {
-            type_query: r#type,
-            parent: opts.string("parent")?,
-            ..CreateRequest::default()
-        };
-        opts.finish(TYPE_INFO_OPTIONS)?;
-        req.validate().map_err(Error::from)?;
-        let engine = self.engine.clone();
-        let info = blocking(move || engine.type_info(&req)).await?;
-        type_info_dict(&info)
+        self.track("GetTypeInfo", async {
+            self.admit(
+                &header,
+                "GetTypeInfo",
+                &[("type", &r#type, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
+            let mut opts = OptionReader::new("GetTypeInfo", options);
+            let req = CreateRequest {
+                type_query: r#type,
+                parent: opts.string("parent")?,
+                ..CreateRequest::default()
+            };
+            opts.finish(TYPE_INFO_OPTIONS)?;
+            req.validate().map_err(Error::from)?;
+            let engine = self.engine.clone();
+            let info = blocking(move || engine.type_info(&req)).await?;
+            type_info_dict(&info)
+        })
+        .await
     }
 
     /// Stops a device and deletes its definition and record.
@@ -413,19 +451,22 @@ impl Manager {
         uuid: String,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "RemoveDevice",
-                &[("uuid", &uuid, limits::UUID)],
-                Some(&options),
-            )
-            .await?;
-        OptionReader::new("RemoveDevice", options).finish(&[])?;
-        let engine = self.engine.clone();
-        self.changing(cause, &uuid.clone(), move || engine.remove_device(&uuid))
-            .await
-            .map(drop)
+        self.track("RemoveDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "RemoveDevice",
+                    &[("uuid", &uuid, limits::UUID)],
+                    Some(&options),
+                )
+                .await?;
+            OptionReader::new("RemoveDevice", options).finish(&[])?;
+            let engine = self.engine.clone();
+            self.changing(cause, &uuid.clone(), move || engine.remove_device(&uuid))
+                .await
+                .map(drop)
+        })
+        .await
     }
 
     /// Options: persistent (b), autostart (b).
@@ -435,26 +476,29 @@ impl Manager {
         uuid: String,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "ModifyDevice",
-                &[("uuid", &uuid, limits::UUID)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("ModifyDevice", options);
-        let req = ModifyRequest {
-            persistent: opts.boolean("persistent")?,
-            autostart: opts.boolean("autostart")?,
-        };
-        opts.finish(MODIFY_OPTIONS)?;
-        let engine = self.engine.clone();
-        self.changing(cause, &uuid.clone(), move || {
-            engine.modify_device(&uuid, &req)
+        self.track("ModifyDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "ModifyDevice",
+                    &[("uuid", &uuid, limits::UUID)],
+                    Some(&options),
+                )
+                .await?;
+            let mut opts = OptionReader::new("ModifyDevice", options);
+            let req = ModifyRequest {
+                persistent: opts.boolean("persistent")?,
+                autostart: opts.boolean("autostart")?,
+            };
+            opts.finish(MODIFY_OPTIONS)?;
+            let engine = self.engine.clone();
+            self.changing(cause, &uuid.clone(), move || {
+                engine.modify_device(&uuid, &req)
+            })
+            .await
+            .map(drop)
         })
         .await
-        .map(drop)
     }
 
     /// Starts a defined device from its definition.
@@ -464,19 +508,22 @@ impl Manager {
         uuid: String,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "StartDevice",
-                &[("uuid", &uuid, limits::UUID)],
-                Some(&options),
-            )
-            .await?;
-        OptionReader::new("StartDevice", options).finish(&[])?;
-        let engine = self.engine.clone();
-        self.changing(cause, &uuid.clone(), move || engine.start_device(&uuid))
-            .await
-            .map(drop)
+        self.track("StartDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "StartDevice",
+                    &[("uuid", &uuid, limits::UUID)],
+                    Some(&options),
+                )
+                .await?;
+            OptionReader::new("StartDevice", options).finish(&[])?;
+            let engine = self.engine.clone();
+            self.changing(cause, &uuid.clone(), move || engine.start_device(&uuid))
+                .await
+                .map(drop)
+        })
+        .await
     }
 
     /// Stops a device and keeps its definition (removes a transient one).
@@ -486,19 +533,22 @@ impl Manager {
         uuid: String,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "StopDevice",
-                &[("uuid", &uuid, limits::UUID)],
-                Some(&options),
-            )
-            .await?;
-        OptionReader::new("StopDevice", options).finish(&[])?;
-        let engine = self.engine.clone();
-        self.changing(cause, &uuid.clone(), move || engine.stop_device(&uuid))
-            .await
-            .map(drop)
+        self.track("StopDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "StopDevice",
+                    &[("uuid", &uuid, limits::UUID)],
+                    Some(&options),
+                )
+                .await?;
+            OptionReader::new("StopDevice", options).finish(&[])?;
+            let engine = self.engine.clone();
+            self.changing(cause, &uuid.clone(), move || engine.stop_device(&uuid))
+                .await
+                .map(drop)
+        })
+        .await
     }
 
     /// Attaches a device to a libvirt domain, which becomes its owner. Options: live, config.
@@ -509,19 +559,22 @@ impl Manager {
         domain: String,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "AttachDevice",
-                &[
-                    ("uuid", &uuid, limits::UUID),
-                    ("domain", &domain, limits::NAME),
-                ],
-                Some(&options),
-            )
-            .await?;
-        self.attachment(cause, Change::Attach, uuid, domain, options)
-            .await
+        self.track("AttachDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "AttachDevice",
+                    &[
+                        ("uuid", &uuid, limits::UUID),
+                        ("domain", &domain, limits::NAME),
+                    ],
+                    Some(&options),
+                )
+                .await?;
+            self.attachment(cause, Change::Attach, uuid, domain, options)
+                .await
+        })
+        .await
     }
 
     /// Detaches a device from its domain. Options: live, config.
@@ -532,19 +585,22 @@ impl Manager {
         domain: String,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "DetachDevice",
-                &[
-                    ("uuid", &uuid, limits::UUID),
-                    ("domain", &domain, limits::NAME),
-                ],
-                Some(&options),
-            )
-            .await?;
-        self.attachment(cause, Change::Detach, uuid, domain, options)
-            .await
+        self.track("DetachDevice", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "DetachDevice",
+                    &[
+                        ("uuid", &uuid, limits::UUID),
+                        ("domain", &domain, limits::NAME),
+                    ],
+                    Some(&options),
+                )
+                .await?;
+            self.attachment(cause, Change::Detach, uuid, domain, options)
+                .await
+        })
+        .await
     }
 
     /// A VDI domain for the devices. Options: template, uuid, memory_mib, vcpus, disk,
@@ -557,69 +613,72 @@ impl Manager {
         uuids: Vec<String>,
         options: Options,
     ) -> Result<String> {
-        self.admit(
-            &header,
-            "RenderDomain",
-            &[("name", &name, limits::NAME)],
-            Some(&options),
-        )
-        .await?;
-        limits::strings("RenderDomain", "uuids", &uuids, limits::UUIDS, limits::UUID)?;
-        let mut opts = OptionReader::new("RenderDomain", options);
-        let template = opts.string("template")?.unwrap_or_else(|| "vdi".into());
-        let graphics = match opts.string("graphics")?.as_deref() {
-            None | Some("vnc") => xml::Graphics::Vnc,
-            Some("spice") => xml::Graphics::Spice,
-            Some(other) => {
-                return Err(Error::InvalidArgument(format!(
-                    "graphics {:?} is neither \"vnc\" nor \"spice\"",
-                    other.chars().take(32).collect::<String>()
-                )))
-            }
-        };
-        let display = opts.boolean("display")?.unwrap_or(true);
-        let memory_mib = opts.unsigned("memory_mib")?.unwrap_or(4096);
-        let vcpus = u32::try_from(opts.unsigned("vcpus")?.unwrap_or(2))
-            .map_err(|_| Error::InvalidArgument("vcpus is too large".into()))?;
-        let domain = xml::VdiDomain {
-            name,
-            uuid: opts.string("uuid")?,
-            memory_mib,
-            vcpus,
-            disk: opts.string("disk")?,
-            network: opts.string("network")?,
-            uefi: opts.boolean("uefi")?.unwrap_or(false),
-            graphics,
-            devices: Vec::new(),
-        };
-        opts.finish(RENDER_OPTIONS)?;
-        let engine = self.engine.clone();
-        blocking(move || {
-            let mut domain = domain;
-            for (i, uuid) in uuids.iter().enumerate() {
-                let uuid = crate::engine::parse_uuid(uuid)?;
-                let dev = engine.device(&uuid).ok_or_else(|| {
-                    EngineError::NotFound(format!("no device {uuid} on this host"))
-                })?;
-                domain
-                    .devices
-                    .extend(domain_devices(dev, display && i == 0)?);
-            }
-            let store = xml::TemplateStore::new(Some(engine.host().etc("vgpud/templates")));
-            xml::render_domain(&store, &template, &domain).map_err(|e| match e {
-                xml::XmlError::UnknownTemplate { .. } => EngineError::NotFound(e.to_string()),
-                xml::XmlError::Template { .. }
-                | xml::XmlError::TemplateFile { .. }
-                | xml::XmlError::UnknownVariable { .. }
-                | xml::XmlError::UnsupportedName { .. }
-                | xml::XmlError::UnknownInsert { .. }
-                | xml::XmlError::Fragment { .. }
-                | xml::XmlError::Write { .. } => EngineError::Xml {
-                    uuid: domain.name.clone(),
-                    message: e.to_string(),
-                },
-                other => EngineError::InvalidArgument(other.to_string()),
+        self.track("RenderDomain", async {
+            self.admit(
+                &header,
+                "RenderDomain",
+                &[("name", &name, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
+            limits::strings("RenderDomain", "uuids", &uuids, limits::UUIDS, limits::UUID)?;
+            let mut opts = OptionReader::new("RenderDomain", options);
+            let template = opts.string("template")?.unwrap_or_else(|| "vdi".into());
+            let graphics = match opts.string("graphics")?.as_deref() {
+                None | Some("vnc") => xml::Graphics::Vnc,
+                Some("spice") => xml::Graphics::Spice,
+                Some(other) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "graphics {:?} is neither \"vnc\" nor \"spice\"",
+                        other.chars().take(32).collect::<String>()
+                    )))
+                }
+            };
+            let display = opts.boolean("display")?.unwrap_or(true);
+            let memory_mib = opts.unsigned("memory_mib")?.unwrap_or(4096);
+            let vcpus = u32::try_from(opts.unsigned("vcpus")?.unwrap_or(2))
+                .map_err(|_| Error::InvalidArgument("vcpus is too large".into()))?;
+            let domain = xml::VdiDomain {
+                name,
+                uuid: opts.string("uuid")?,
+                memory_mib,
+                vcpus,
+                disk: opts.string("disk")?,
+                network: opts.string("network")?,
+                uefi: opts.boolean("uefi")?.unwrap_or(false),
+                graphics,
+                devices: Vec::new(),
+            };
+            opts.finish(RENDER_OPTIONS)?;
+            let engine = self.engine.clone();
+            blocking(move || {
+                let mut domain = domain;
+                for (i, uuid) in uuids.iter().enumerate() {
+                    let uuid = crate::engine::parse_uuid(uuid)?;
+                    let dev = engine.device(&uuid).ok_or_else(|| {
+                        EngineError::NotFound(format!("no device {uuid} on this host"))
+                    })?;
+                    domain
+                        .devices
+                        .extend(domain_devices(dev, display && i == 0)?);
+                }
+                let store = xml::TemplateStore::new(Some(engine.host().etc("vgpud/templates")));
+                xml::render_domain(&store, &template, &domain).map_err(|e| match e {
+                    xml::XmlError::UnknownTemplate { .. } => EngineError::NotFound(e.to_string()),
+                    xml::XmlError::Template { .. }
+                    | xml::XmlError::TemplateFile { .. }
+                    | xml::XmlError::UnknownVariable { .. }
+                    | xml::XmlError::UnsupportedName { .. }
+                    | xml::XmlError::UnknownInsert { .. }
+                    | xml::XmlError::Fragment { .. }
+                    | xml::XmlError::Write { .. } => EngineError::Xml {
+                        uuid: domain.name.clone(),
+                        message: e.to_string(),
+                    },
+                    other => EngineError::InvalidArgument(other.to_string()),
+                })
             })
+            .await
         })
         .await
     }
@@ -633,20 +692,23 @@ impl Manager {
         count: u32,
         options: Options,
     ) -> Result<u32> {
-        let cause = self
-            .admit(
-                &header,
-                "SetVfCount",
-                &[("gpu", &gpu, limits::NAME)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("SetVfCount", options);
-        let persistent = opts.boolean("persistent")?.unwrap_or(true);
-        opts.finish(VF_COUNT_OPTIONS)?;
-        let engine = self.engine.clone();
-        self.changing(cause, &gpu.clone(), move || {
-            engine.set_vf_count(&gpu, count, persistent)
+        self.track("SetVfCount", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "SetVfCount",
+                    &[("gpu", &gpu, limits::NAME)],
+                    Some(&options),
+                )
+                .await?;
+            let mut opts = OptionReader::new("SetVfCount", options);
+            let persistent = opts.boolean("persistent")?.unwrap_or(true);
+            opts.finish(VF_COUNT_OPTIONS)?;
+            let engine = self.engine.clone();
+            self.changing(cause, &gpu.clone(), move || {
+                engine.set_vf_count(&gpu, count, persistent)
+            })
+            .await
         })
         .await
     }
@@ -659,20 +721,23 @@ impl Manager {
         enabled: bool,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .admit(
-                &header,
-                "SetHeterogeneousMode",
-                &[("gpu", &gpu, limits::NAME)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("SetHeterogeneousMode", options);
-        let persistent = opts.boolean("persistent")?.unwrap_or(true);
-        opts.finish(VF_COUNT_OPTIONS)?;
-        let engine = self.engine.clone();
-        self.changing(cause, &gpu.clone(), move || {
-            engine.set_heterogeneous(&gpu, enabled, persistent)
+        self.track("SetHeterogeneousMode", async {
+            let cause = self
+                .admit(
+                    &header,
+                    "SetHeterogeneousMode",
+                    &[("gpu", &gpu, limits::NAME)],
+                    Some(&options),
+                )
+                .await?;
+            let mut opts = OptionReader::new("SetHeterogeneousMode", options);
+            let persistent = opts.boolean("persistent")?.unwrap_or(true);
+            opts.finish(VF_COUNT_OPTIONS)?;
+            let engine = self.engine.clone();
+            self.changing(cause, &gpu.clone(), move || {
+                engine.set_heterogeneous(&gpu, enabled, persistent)
+            })
+            .await
         })
         .await
     }
@@ -684,16 +749,19 @@ impl Manager {
         #[zbus(header)] header: Header<'_>,
         uuid: String,
     ) -> Result<String> {
-        self.admit(
-            &header,
-            "GetHostdevXml",
-            &[("uuid", &uuid, limits::UUID)],
-            None,
-        )
-        .await?;
-        self.engine
-            .hostdev_xml(&uuid, &HostdevOptions::default())
-            .map_err(Error::from)
+        self.track("GetHostdevXml", async {
+            self.admit(
+                &header,
+                "GetHostdevXml",
+                &[("uuid", &uuid, limits::UUID)],
+                None,
+            )
+            .await?;
+            self.engine
+                .hostdev_xml(&uuid, &HostdevOptions::default())
+                .map_err(Error::from)
+        })
+        .await
     }
 
     /// The hostdev element(s) with options: display, ramfb, guest_bus.
@@ -704,31 +772,34 @@ impl Manager {
         uuid: String,
         options: Options,
     ) -> Result<String> {
-        self.admit(
-            &header,
-            "RenderHostdevXml",
-            &[("uuid", &uuid, limits::UUID)],
-            Some(&options),
-        )
-        .await?;
-        let mut opts = OptionReader::new("RenderHostdevXml", options);
-        let guest_bus = match opts.unsigned("guest_bus")? {
-            Some(b) => Some(u8::try_from(b).map_err(|_| {
-                Error::InvalidArgument(format!(
-                    "option \"guest_bus\" of RenderHostdevXml is {b}; a PCI bus is 0 to 255"
-                ))
-            })?),
-            None => None,
-        };
-        let hostdev = HostdevOptions {
-            display: opts.boolean("display")?,
-            ramfb: opts.boolean("ramfb")?,
-            guest_bus,
-        };
-        opts.finish(HOSTDEV_OPTIONS)?;
-        self.engine
-            .hostdev_xml(&uuid, &hostdev)
-            .map_err(Error::from)
+        self.track("RenderHostdevXml", async {
+            self.admit(
+                &header,
+                "RenderHostdevXml",
+                &[("uuid", &uuid, limits::UUID)],
+                Some(&options),
+            )
+            .await?;
+            let mut opts = OptionReader::new("RenderHostdevXml", options);
+            let guest_bus = match opts.unsigned("guest_bus")? {
+                Some(b) => Some(u8::try_from(b).map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "option \"guest_bus\" of RenderHostdevXml is {b}; a PCI bus is 0 to 255"
+                    ))
+                })?),
+                None => None,
+            };
+            let hostdev = HostdevOptions {
+                display: opts.boolean("display")?,
+                ramfb: opts.boolean("ramfb")?,
+                guest_bus,
+            };
+            opts.finish(HOSTDEV_OPTIONS)?;
+            self.engine
+                .hostdev_xml(&uuid, &hostdev)
+                .map_err(Error::from)
+        })
+        .await
     }
 
     /// vgpud's version.

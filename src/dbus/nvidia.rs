@@ -53,34 +53,38 @@ impl NvidiaObject {
         gpu: String,
     ) -> Result<Vec<MigProfileRow>> {
         self.0
-            .admit(
-                &header,
-                "ListMigProfiles",
-                &[("gpu", &gpu, limits::NAME)],
-                None,
-            )
-            .await?;
-        let engine = self.0.engine.clone();
-        let profiles = blocking(move || engine.mig_profiles(&gpu)).await?;
-        let pairs = |v: &[crate::gpu_control::Placement]| -> Vec<(u32, u32)> {
-            v.iter().map(|p| (p.start, p.size)).collect()
-        };
-        Ok(profiles
-            .into_iter()
-            .map(|(p, free)| {
-                (
-                    p.id,
-                    p.index,
-                    crate::engine::mig::profile_name(&p),
-                    p.slices,
-                    p.memory_mib.saturating_mul(1024 * 1024),
-                    p.max_instances,
-                    p.remaining,
-                    pairs(&p.placements),
-                    pairs(&free),
-                )
+            .track("ListMigProfiles", async {
+                self.0
+                    .admit(
+                        &header,
+                        "ListMigProfiles",
+                        &[("gpu", &gpu, limits::NAME)],
+                        None,
+                    )
+                    .await?;
+                let engine = self.0.engine.clone();
+                let profiles = blocking(move || engine.mig_profiles(&gpu)).await?;
+                let pairs = |v: &[crate::gpu_control::Placement]| -> Vec<(u32, u32)> {
+                    v.iter().map(|p| (p.start, p.size)).collect()
+                };
+                Ok(profiles
+                    .into_iter()
+                    .map(|(p, free)| {
+                        (
+                            p.id,
+                            p.index,
+                            crate::engine::mig::profile_name(&p),
+                            p.slices,
+                            p.memory_mib.saturating_mul(1024 * 1024),
+                            p.max_instances,
+                            p.remaining,
+                            pairs(&p.placements),
+                            pairs(&free),
+                        )
+                    })
+                    .collect())
             })
-            .collect())
+            .await
     }
 
     /// MIG on or off; returns (current, pending). Option: persistent.
@@ -92,26 +96,30 @@ impl NvidiaObject {
         enabled: bool,
         options: Options,
     ) -> Result<(bool, bool)> {
-        let cause = self
-            .0
-            .admit(
-                &header,
-                "SetMigMode",
-                &[("gpu", &gpu, limits::NAME)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("SetMigMode", options);
-        let persistent = opts.boolean("persistent")?.unwrap_or(true);
-        opts.finish(&["persistent"])?;
-        let engine = self.0.engine.clone();
-        let mode = self
-            .0
-            .changing(cause, &gpu.clone(), move || {
-                engine.set_mig_mode(&gpu, enabled, persistent)
+        self.0
+            .track("SetMigMode", async {
+                let cause = self
+                    .0
+                    .admit(
+                        &header,
+                        "SetMigMode",
+                        &[("gpu", &gpu, limits::NAME)],
+                        Some(&options),
+                    )
+                    .await?;
+                let mut opts = OptionReader::new("SetMigMode", options);
+                let persistent = opts.boolean("persistent")?.unwrap_or(true);
+                opts.finish(&["persistent"])?;
+                let engine = self.0.engine.clone();
+                let mode = self
+                    .0
+                    .changing(cause, &gpu.clone(), move || {
+                        engine.set_mig_mode(&gpu, enabled, persistent)
+                    })
+                    .await?;
+                Ok((mode.current, mode.pending))
             })
-            .await?;
-        Ok((mode.current, mode.pending))
+            .await
     }
 
     /// Makes a GPU instance of a profile (id or name). Options: placement, compute_instance,
@@ -124,38 +132,44 @@ impl NvidiaObject {
         profile: String,
         options: Options,
     ) -> Result<u32> {
-        let cause = self
-            .0
-            .admit(
-                &header,
-                "CreateGpuInstance",
-                &[
-                    ("gpu", &gpu, limits::NAME),
-                    ("profile", &profile, crate::engine::mig::MAX_PROFILE_LEN),
-                ],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("CreateGpuInstance", options);
-        let placement = opts
-            .unsigned("placement")?
-            .map(|p| {
-                u32::try_from(p).map_err(|_| {
-                    Error::InvalidArgument(format!("CreateGpuInstance: placement {p} is too large"))
-                })
+        self.0
+            .track("CreateGpuInstance", async {
+                let cause = self
+                    .0
+                    .admit(
+                        &header,
+                        "CreateGpuInstance",
+                        &[
+                            ("gpu", &gpu, limits::NAME),
+                            ("profile", &profile, crate::engine::mig::MAX_PROFILE_LEN),
+                        ],
+                        Some(&options),
+                    )
+                    .await?;
+                let mut opts = OptionReader::new("CreateGpuInstance", options);
+                let placement = opts
+                    .unsigned("placement")?
+                    .map(|p| {
+                        u32::try_from(p).map_err(|_| {
+                            Error::InvalidArgument(format!(
+                                "CreateGpuInstance: placement {p} is too large"
+                            ))
+                        })
+                    })
+                    .transpose()?;
+                let compute = opts.boolean("compute_instance")?.unwrap_or(true);
+                let persistent = opts.boolean("persistent")?.unwrap_or(true);
+                opts.finish(&["placement", "compute_instance", "persistent"])?;
+                let engine = self.0.engine.clone();
+                let made = self
+                    .0
+                    .changing(cause, &gpu.clone(), move || {
+                        engine.create_gpu_instance(&gpu, &profile, placement, compute, persistent)
+                    })
+                    .await?;
+                Ok(made.id)
             })
-            .transpose()?;
-        let compute = opts.boolean("compute_instance")?.unwrap_or(true);
-        let persistent = opts.boolean("persistent")?.unwrap_or(true);
-        opts.finish(&["placement", "compute_instance", "persistent"])?;
-        let engine = self.0.engine.clone();
-        let made = self
-            .0
-            .changing(cause, &gpu.clone(), move || {
-                engine.create_gpu_instance(&gpu, &profile, placement, compute, persistent)
-            })
-            .await?;
-        Ok(made.id)
+            .await
     }
 
     /// Destroys a GPU instance no device uses.
@@ -166,20 +180,24 @@ impl NvidiaObject {
         id: u32,
         options: Options,
     ) -> Result<()> {
-        let cause = self
-            .0
-            .admit(
-                &header,
-                "DestroyGpuInstance",
-                &[("gpu", &gpu, limits::NAME)],
-                Some(&options),
-            )
-            .await?;
-        OptionReader::new("DestroyGpuInstance", options).finish(&[])?;
-        let engine = self.0.engine.clone();
         self.0
-            .changing(cause, &gpu.clone(), move || {
-                engine.destroy_gpu_instance(&gpu, id)
+            .track("DestroyGpuInstance", async {
+                let cause = self
+                    .0
+                    .admit(
+                        &header,
+                        "DestroyGpuInstance",
+                        &[("gpu", &gpu, limits::NAME)],
+                        Some(&options),
+                    )
+                    .await?;
+                OptionReader::new("DestroyGpuInstance", options).finish(&[])?;
+                let engine = self.0.engine.clone();
+                self.0
+                    .changing(cause, &gpu.clone(), move || {
+                        engine.destroy_gpu_instance(&gpu, id)
+                    })
+                    .await
             })
             .await
     }
@@ -193,61 +211,64 @@ impl NvidiaObject {
         gpu: String,
         options: Options,
     ) -> Result<HashMap<String, OwnedVariant>> {
-        let cause = self
-            .0
-            .admit(
-                &header,
-                "SetScheduler",
-                &[("gpu", &gpu, limits::NAME)],
-                Some(&options),
-            )
-            .await?;
-        let mut opts = OptionReader::new("SetScheduler", options);
-        let policy = match opts.string("policy")? {
-            None => crate::gpu_control::SchedulerPolicy::BestEffort,
-            Some(p) => crate::gpu_control::SchedulerPolicy::parse(&p).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "SetScheduler: policy {:?} is not one of best-effort, equal-share, fixed-share",
-                    p.chars().take(48).collect::<String>()
-                ))
-            })?,
-        };
-        let mut number = |key: &str| -> Result<u32> {
-            opts.unsigned(key)?
-                .map(|v| {
-                    u32::try_from(v).map_err(|_| {
-                        Error::InvalidArgument(format!("SetScheduler: {key} {v} is too large"))
+        self.0.track("SetScheduler", async {
+            let cause = self
+                .0
+                .admit(
+                    &header,
+                    "SetScheduler",
+                    &[("gpu", &gpu, limits::NAME)],
+                    Some(&options),
+                )
+                .await?;
+            let mut opts = OptionReader::new("SetScheduler", options);
+            let policy = match opts.string("policy")? {
+                None => crate::gpu_control::SchedulerPolicy::BestEffort,
+                Some(p) => crate::gpu_control::SchedulerPolicy::parse(&p).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "SetScheduler: policy {:?} is not one of best-effort, equal-share, fixed-share",
+                        p.chars().take(48).collect::<String>()
+                    ))
+                })?,
+            };
+            let mut number = |key: &str| -> Result<u32> {
+                opts.unsigned(key)?
+                    .map(|v| {
+                        u32::try_from(v).map_err(|_| {
+                            Error::InvalidArgument(format!("SetScheduler: {key} {v} is too large"))
+                        })
                     })
+                    .transpose()
+                    .map(Option::unwrap_or_default)
+            };
+            let timeslice_ms = number("timeslice_ms")?;
+            let avg_factor = number("avg_factor")?;
+            let frequency_hz = number("frequency_hz")?;
+            let setting = crate::gpu_control::SchedulerSetting {
+                policy,
+                arr: opts.boolean("arr")?.unwrap_or(false),
+                timeslice_ms,
+                avg_factor,
+                frequency_hz,
+            };
+            let runtime = opts.boolean("runtime")?.unwrap_or(true);
+            let persistent = opts.boolean("persistent")?.unwrap_or(true);
+            opts.finish(SCHEDULER_OPTIONS)?;
+            let engine = self.0.engine.clone();
+            let outcome = self
+                .0
+                .changing(cause, &gpu.clone(), move || {
+                    engine.set_scheduler(&gpu, &setting, runtime, persistent)
                 })
-                .transpose()
-                .map(Option::unwrap_or_default)
-        };
-        let timeslice_ms = number("timeslice_ms")?;
-        let avg_factor = number("avg_factor")?;
-        let frequency_hz = number("frequency_hz")?;
-        let setting = crate::gpu_control::SchedulerSetting {
-            policy,
-            arr: opts.boolean("arr")?.unwrap_or(false),
-            timeslice_ms,
-            avg_factor,
-            frequency_hz,
-        };
-        let runtime = opts.boolean("runtime")?.unwrap_or(true);
-        let persistent = opts.boolean("persistent")?.unwrap_or(true);
-        opts.finish(SCHEDULER_OPTIONS)?;
-        let engine = self.0.engine.clone();
-        let outcome = self
-            .0
-            .changing(cause, &gpu.clone(), move || {
-                engine.set_scheduler(&gpu, &setting, runtime, persistent)
-            })
-            .await?;
-        owned_dict(vec![
-            ("applied", outcome.applied.into()),
-            ("rm_pvmrl", outcome.rm_pvmrl.into()),
-            ("modprobe_file", outcome.modprobe_file.into()),
-            ("note", outcome.note.into()),
-        ])
+                .await?;
+            owned_dict(vec![
+                ("applied", outcome.applied.into()),
+                ("rm_pvmrl", outcome.rm_pvmrl.into()),
+                ("modprobe_file", outcome.modprobe_file.into()),
+                ("note", outcome.note.into()),
+            ])
+        })
+        .await
     }
 
     /// Telemetry of a GPU (address) or vGPU device (UUID), from NVML.
@@ -258,27 +279,31 @@ impl NvidiaObject {
         gpu_or_uuid: String,
     ) -> Result<HashMap<String, OwnedVariant>> {
         self.0
-            .admit(
-                &header,
-                "GetMetrics",
-                &[("gpu_or_uuid", &gpu_or_uuid, limits::NAME)],
-                None,
-            )
-            .await?;
-        let engine = self.0.engine.clone();
-        let figures = blocking(move || engine.metrics(&gpu_or_uuid)).await?;
-        owned_dict(
-            figures
-                .into_iter()
-                .map(|(k, f)| {
-                    let v = match f {
-                        crate::engine::telemetry::Figure::U32(n) => Variant::from(n),
-                        crate::engine::telemetry::Figure::U64(n) => Variant::from(n),
-                    };
-                    (k, v)
-                })
-                .collect(),
-        )
+            .track("GetMetrics", async {
+                self.0
+                    .admit(
+                        &header,
+                        "GetMetrics",
+                        &[("gpu_or_uuid", &gpu_or_uuid, limits::NAME)],
+                        None,
+                    )
+                    .await?;
+                let engine = self.0.engine.clone();
+                let figures = blocking(move || engine.metrics(&gpu_or_uuid)).await?;
+                owned_dict(
+                    figures
+                        .into_iter()
+                        .map(|(k, f)| {
+                            let v = match f {
+                                crate::engine::telemetry::Figure::U32(n) => Variant::from(n),
+                                crate::engine::telemetry::Figure::U64(n) => Variant::from(n),
+                            };
+                            (k, v)
+                        })
+                        .collect(),
+                )
+            })
+            .await
     }
 
     /// "available", or why NVML (MIG, scheduler, telemetry) cannot be used.

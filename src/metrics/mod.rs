@@ -1,0 +1,285 @@
+//! Prometheus metrics, opt-in (`[metrics]` in vgpud.toml): operations by method and error
+//! name with their latency, the engine's queue during storms and the changes the core's
+//! event stream reports are counted as they happen; devices by kind, type, GPU and state,
+//! available capacity, and GPU and vGPU telemetry (where NVML gives it) are read from the
+//! core at each scrape. Served in the Prometheus text format (0.0.4) on a localhost HTTP
+//! listener (`GET /metrics`) and/or written to a node_exporter textfile.
+
+pub mod export;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::engine::{Engine, Event};
+
+/// A label set.
+type Labels = Vec<(&'static str, String)>;
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms .. ~16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// What is counted as it happens, process-wide: calls, the engine queue, changes.
+pub struct Counters {
+    operations: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    waiting: Gauge,
+    running: Gauge,
+    changes: Family<Labels, Counter>,
+}
+
+static COUNTERS: OnceLock<Counters> = OnceLock::new();
+
+/// The process's counters (cheap to update whether or not metrics are exported).
+pub fn counters() -> &'static Counters {
+    COUNTERS.get_or_init(|| Counters {
+        operations: Family::default(),
+        latency: Family::new_with_constructor(latency_histogram),
+        waiting: Gauge::default(),
+        running: Gauge::default(),
+        changes: Family::default(),
+    })
+}
+
+/// Holds a place in the engine queue while it lives: waiting, then running.
+pub struct QueuePlace(bool);
+
+impl QueuePlace {
+    /// A call starts waiting for an engine slot.
+    pub fn wait() -> Self {
+        counters().waiting.inc();
+        QueuePlace(false)
+    }
+    /// It has its slot and runs.
+    pub fn run(&mut self) {
+        if !self.0 {
+            counters().waiting.dec();
+            counters().running.inc();
+            self.0 = true;
+        }
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if self.0 {
+            counters().running.dec();
+        } else {
+            counters().waiting.dec();
+        }
+    }
+}
+
+impl Counters {
+    /// A finished call of `method`: its D-Bus error name (`None`: it succeeded) and how long
+    /// it took.
+    pub fn call(&self, method: &str, error: Option<&str>, seconds: f64) {
+        let outcome = error.unwrap_or("ok").to_string();
+        self.operations
+            .get_or_create(&vec![("method", method.to_string()), ("error", outcome)])
+            .inc();
+        self.latency
+            .get_or_create(&vec![("method", method.to_string())])
+            .observe(seconds);
+    }
+
+    fn change(&self, event: &Event) {
+        let name = match event {
+            Event::DeviceAdded { .. } => "device-added",
+            Event::DeviceChanged { .. } => "device-changed",
+            Event::DeviceRemoved { .. } => "device-removed",
+            Event::Drift(_) => "device-drift",
+            Event::GpuAdded { .. } => "gpu-added",
+            Event::GpuChanged { .. } => "gpu-changed",
+            Event::GpuModeChanged { .. } => "gpu-mode-changed",
+            Event::GpuRemoved { .. } => "gpu-removed",
+            Event::GpuDrift { .. } => "gpu-drift",
+            Event::CapacityChanged { .. } => "capacity-changed",
+        };
+        self.changes
+            .get_or_create(&vec![("event", name.to_string())])
+            .inc();
+    }
+}
+
+/// Counts the core's events (the one stream D-Bus signals and the audit log come from).
+pub fn spawn_event_counter(engine: &Engine) -> tokio::task::JoinHandle<()> {
+    let woken = Arc::new(tokio::sync::Notify::new());
+    let wake = woken.clone();
+    let events = engine.events().subscribe(move || wake.notify_one());
+    tokio::spawn(async move {
+        loop {
+            woken.notified().await;
+            for r in events.drain() {
+                counters().change(&r.event);
+            }
+        }
+    })
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric now, in the Prometheus text format (0.0.4). Reads the host (types, NVML):
+/// call it off the async runtime.
+pub fn render(engine: &Engine) -> String {
+    let c = counters();
+    let mut r = Registry::with_prefix("vgpud");
+    r.register(
+        "operations",
+        "Calls of the D-Bus API by method and outcome (ok, or the D-Bus error name)",
+        c.operations.clone(),
+    );
+    r.register(
+        "operation_duration_seconds",
+        "Time from a call's arrival to its answer, by method",
+        c.latency.clone(),
+    );
+    r.register(
+        "engine_queue_waiting",
+        "Calls waiting for one of the engine's slots (grows in a login storm)",
+        c.waiting.clone(),
+    );
+    r.register(
+        "engine_queue_running",
+        "Calls running in the engine",
+        c.running.clone(),
+    );
+    r.register(
+        "changes",
+        "Changes the core reported, by event (device-added, device-removed, device-drift, ...)",
+        c.changes.clone(),
+    );
+
+    let devices: Family<Labels, Gauge> = Family::default();
+    for d in engine.list_devices() {
+        let gpu = engine.gpu_of_parent(&d.parent);
+        let state = if d.active { "active" } else { "inactive" };
+        devices
+            .get_or_create(&vec![
+                ("kind", d.kind.as_str().to_string()),
+                ("type", d.type_name.clone()),
+                ("gpu", gpu),
+                ("state", state.to_string()),
+            ])
+            .inc();
+    }
+    r.register(
+        "devices",
+        "Devices by kind, type, GPU and state (active, or defined and inactive)",
+        devices,
+    );
+
+    let available: Family<Labels, Gauge> = Family::default();
+    let max: Family<Labels, Gauge> = Family::default();
+    if let Ok(types) = engine.list_types() {
+        for (gpu, t) in types {
+            let labels = vec![("gpu", gpu), ("type", t.name.clone())];
+            available
+                .get_or_create(&labels)
+                .set(i64::from(t.available_instances));
+            if t.max_instances() > 0 {
+                max.get_or_create(&labels).set(i64::from(t.max_instances()));
+            }
+        }
+    }
+    r.register(
+        "available_instances",
+        "Devices of a type a GPU can still take now",
+        available,
+    );
+    r.register(
+        "max_instances",
+        "Most devices of a type a GPU takes, where the vendor says",
+        max,
+    );
+
+    let mut gpu_figures: std::collections::BTreeMap<String, Family<Labels, FloatGauge>> =
+        Default::default();
+    for g in engine.list_gpus() {
+        if g.nvidia.is_none() || !g.is_physical() {
+            continue;
+        }
+        if let Ok(figures) = engine.metrics(&g.address) {
+            for (key, f) in figures {
+                let Some((name, factor)) = telemetry_metric(key) else {
+                    continue;
+                };
+                gpu_figures
+                    .entry(name)
+                    .or_default()
+                    .get_or_create(&vec![("gpu", g.address.clone())])
+                    .set(figure(f) * factor);
+            }
+        }
+    }
+    for (key, family) in gpu_figures {
+        r.register(
+            format!("gpu_{key}"),
+            format!("NVML's {key} of a GPU"),
+            family,
+        );
+    }
+
+    let mut vgpu_figures: std::collections::BTreeMap<String, Family<Labels, FloatGauge>> =
+        Default::default();
+    for d in engine.list_devices() {
+        if !d.active || d.kind != crate::model::DeviceKind::SriovVgpu {
+            continue;
+        }
+        if let Ok(figures) = engine.metrics(&d.uuid) {
+            let gpu = engine.gpu_of_parent(&d.parent);
+            for (key, f) in figures {
+                let Some((name, factor)) = telemetry_metric(key) else {
+                    continue;
+                };
+                vgpu_figures
+                    .entry(name)
+                    .or_default()
+                    .get_or_create(&vec![("uuid", d.uuid.clone()), ("gpu", gpu.clone())])
+                    .set(figure(f) * factor);
+            }
+        }
+    }
+    for (key, family) in vgpu_figures {
+        r.register(
+            format!("vgpu_{key}"),
+            format!("NVML's {key} of a vGPU"),
+            family,
+        );
+    }
+
+    let mut out = String::new();
+    if let Err(e) = prometheus_text::encode(&mut out, &r) {
+        tracing::warn!("encoding the metrics: {e}");
+    }
+    out
+}
+
+fn figure(f: crate::engine::telemetry::Figure) -> f64 {
+    match f {
+        crate::engine::telemetry::Figure::U32(n) => f64::from(n),
+        crate::engine::telemetry::Figure::U64(n) => n as f64,
+    }
+}
+
+/// A telemetry figure's metric name (with its unit, as Prometheus names them) and the
+/// factor to that unit; `None` for what is no measurement (a type id, an instance id).
+fn telemetry_metric(key: &str) -> Option<(String, f64)> {
+    Some(match key {
+        "temperature" => ("temperature_celsius".into(), 1.0),
+        "power_mw" => ("power_watts".into(), 0.001),
+        "ecc_corrected" | "ecc_uncorrected" => (format!("{key}_errors"), 1.0),
+        "type_id" | "gpu_instance" => return None,
+        k if k.ends_with("_utilization") => (format!("{k}_percent"), 1.0),
+        k if k.starts_with("memory_") || k.starts_with("fb_") => (format!("{k}_bytes"), 1.0),
+        k => (k.to_string(), 1.0),
+    })
+}

@@ -1,0 +1,310 @@
+//! Prometheus metrics end to end: a real vgpud on a simulated host with its metrics listener
+//! and textfile on, driven over D-Bus, scraped over HTTP and parsed by the Prometheus
+//! project's own Python parser (`prometheus_client.parser`, Debian's
+//! python3-prometheus-client).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::setup::Setup;
+use vgpud_client::{Client, Options};
+
+/// The metrics listener's address, from vgpud's log (it binds port 0).
+fn listener(s: &Setup) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = s.daemon.log_text();
+        if let Some(rest) = log.split("serving metrics at http://").nth(1) {
+            return rest.split('/').next().unwrap_or_default().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no metrics listener in the log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A raw HTTP request; the status line and the body.
+fn http(addr: &str, request: &[u8]) -> (String, String) {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(request).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
+}
+
+/// Every sample, parsed by prometheus_client's text-format parser: `name{k="v",...}` →
+/// value (labels sorted), or `None` when the parser is not installed (then the caller skips,
+/// loudly).
+fn parse(text: &str) -> Option<BTreeMap<String, f64>> {
+    const SCRIPT: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        labels = ",".join('%s="%s"' % kv for kv in sorted(s.labels.items()))
+        out["%s{%s}" % (s.name, labels)] = s.value
+print(json.dumps(out))
+"#;
+    let probe = Command::new("/usr/bin/python3")
+        .args(["-c", "import prometheus_client.parser"])
+        .output()
+        .ok()?;
+    if !probe.status.success() {
+        return None;
+    }
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", SCRIPT])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("parser");
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused vgpud's metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).expect("parser output"))
+}
+
+fn sample(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("no sample {key} in {:#?}", m.keys().collect::<Vec<_>>()))
+}
+
+#[tokio::test]
+async fn metrics_count_calls_devices_capacity_and_telemetry_and_parse_as_prometheus() {
+    let textfile = tempfile::tempdir().expect("tempdir");
+    let prom = textfile.path().join("vgpud.prom");
+    let prom_arg = prom.to_string_lossy().into_owned();
+    let lib = common::nvml::fake_library().to_string_lossy().into_owned();
+    let s = Setup::with_args(
+        &["nvidia-turing"],
+        &[
+            "--nvml-library",
+            &lib,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--metrics-textfile",
+            &prom_arg,
+        ],
+    )
+    .await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let addr = listener(&s);
+    let gpu = c
+        .list_gpus()
+        .await
+        .expect("ListGpus")
+        .into_iter()
+        .find(|g| g.driver == "nvidia")
+        .expect("an NVIDIA GPU")
+        .address;
+    let before = c
+        .capacity("RTX6000-4Q", &Options::new().str("parent", gpu.as_str()))
+        .await
+        .expect("capacity");
+    let mut made = Vec::new();
+    for i in 0..3 {
+        let (uuid, _) = c
+            .create_device(
+                "RTX6000-4Q",
+                &Options::new()
+                    .str("parent", gpu.as_str())
+                    .str("owner", format!("vm{i}")),
+            )
+            .await
+            .expect("create");
+        made.push(uuid);
+    }
+    c.remove_device(&made[2], &Options::new())
+        .await
+        .expect("remove");
+    let e = c
+        .create_device("no-such-type", &Options::new())
+        .await
+        .expect_err("NotFound");
+    assert_eq!(e.name(), "org.vgpud1.Error.NotFound");
+    // A bit more than the renderer's one-second reuse.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let (status, body) = http(&addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let Some(m) = parse(&body) else {
+        common::skip::cannot_run(
+            "metrics_count_calls_devices_capacity_and_telemetry_and_parse_as_prometheus",
+            "python3-prometheus-client (the Prometheus text parser) is not installed",
+        );
+        return;
+    };
+    assert_eq!(
+        sample(
+            &m,
+            r#"vgpud_operations_total{error="ok",method="CreateDevice"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"vgpud_operations_total{error="org.vgpud1.Error.NotFound",method="CreateDevice"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"vgpud_operations_total{error="ok",method="RemoveDevice"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            r#"vgpud_operation_duration_seconds_count{method="CreateDevice"}"#
+        ),
+        4.0
+    );
+    assert_eq!(
+        sample(&m, r#"vgpud_changes_total{event="device-added"}"#),
+        3.0
+    );
+    assert_eq!(
+        sample(&m, r#"vgpud_changes_total{event="device-removed"}"#),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            &format!(
+                r#"vgpud_devices{{gpu="{gpu}",kind="mdev",state="active",type="GRID RTX6000-4Q"}}"#
+            )
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            &format!(r#"vgpud_available_instances{{gpu="{gpu}",type="GRID RTX6000-4Q"}}"#)
+        ),
+        f64::from(before - 2)
+    );
+    assert_eq!(sample(&m, "vgpud_engine_queue_waiting{}"), 0.0);
+    assert_eq!(sample(&m, "vgpud_engine_queue_running{}"), 0.0);
+    // Telemetry through the fake libnvidia-ml vgpud loads on a simulated host.
+    let total = sample(
+        &m,
+        &format!(r#"vgpud_gpu_memory_total_bytes{{gpu="{gpu}"}}"#),
+    );
+    assert_eq!(total, 24.0 * 1024.0 * 1024.0 * 1024.0);
+    let used = sample(
+        &m,
+        &format!(r#"vgpud_gpu_memory_used_bytes{{gpu="{gpu}"}}"#),
+    );
+    assert!(used > 0.0 && used <= total, "{used}");
+    assert!(
+        sample(
+            &m,
+            &format!(r#"vgpud_gpu_temperature_celsius{{gpu="{gpu}"}}"#)
+        ) > 0.0
+    );
+
+    // The textfile, for node_exporter, holds the same families.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        if let Ok(t) = std::fs::read_to_string(&prom) {
+            if t.contains("RemoveDevice") {
+                break t;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no textfile at {}",
+            prom.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let t = parse(&text).expect("parser");
+    assert!(t.keys().any(|k| k.starts_with("vgpud_devices{")), "{t:?}");
+    assert!(
+        !std::fs::read_dir(textfile.path())
+            .expect("dir")
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().contains("tmp")
+                && e.file_name().to_string_lossy().ends_with(".prom")),
+        "a temporary file node_exporter would read"
+    );
+
+    // Anything but GET /metrics is refused; a request head over 8 KiB too.
+    assert_eq!(
+        http(&addr, b"GET / HTTP/1.1\r\n\r\n").0,
+        "HTTP/1.1 404 Not Found"
+    );
+    assert_eq!(
+        http(&addr, b"POST /metrics HTTP/1.1\r\n\r\n").0,
+        "HTTP/1.1 405 Method Not Allowed"
+    );
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 20_000));
+    let (status, _) = http(&addr, &huge);
+    assert_eq!(status, "HTTP/1.1 431 Request Header Fields Too Large");
+}
+
+#[tokio::test]
+async fn the_metrics_listener_serves_only_this_host() {
+    let host = common::daemon::TestHost::new(&["mtty"]);
+    let out = Command::new(common::daemon::vgpud_bin())
+        .args([
+            "--simulate",
+            "--session",
+            "--metrics-listen",
+            "0.0.0.0:9835",
+            "--root",
+        ])
+        .arg(&host.root)
+        .output()
+        .expect("vgpud");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("loopback") && err.contains("0.0.0.0:9835"),
+        "{err}"
+    );
+    // The configuration file's key is checked the same way.
+    std::fs::create_dir_all(host.path("etc/vgpud")).expect("etc");
+    std::fs::write(
+        host.path("etc/vgpud/vgpud.toml"),
+        "[metrics]\nlisten = \"192.0.2.1:9835\"\n",
+    )
+    .expect("vgpud.toml");
+    let out = Command::new(common::daemon::vgpud_bin())
+        .args(["--simulate", "--session", "--root"])
+        .arg(&host.root)
+        .output()
+        .expect("vgpud");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
