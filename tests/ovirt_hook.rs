@@ -487,3 +487,185 @@ async fn an_sriov_vgpu_becomes_a_pci_hostdev() {
     hook_ok("after_vm_destroy", &s, &xml, &[("vgpud", &ty)]);
     assert!(devices(&c).await.is_empty());
 }
+
+/// The real polkitd and a system-type dbus-daemon with the project's policy files, in a
+/// private mount namespace (as tests/polkit.rs sets them up), and the hook run as VDSM's
+/// user would be: not root, a member of the group vgpud; then as nobody, who is refused.
+/// Arguments: REPO WORK VGPUD SIMROOT XML VM_UUID. Prints `RESULT<TAB>who<TAB>phase<TAB>rc`,
+/// `STDERR<TAB>who<TAB>phase<TAB>text`, `HOSTDEVS<TAB>who<TAB>n` and `DEVICES<TAB>when<TAB>n`.
+const NAMESPACE_SCRIPT: &str = r#"
+set -euo pipefail
+repo=$1 work=$2 vgpud=$3 simroot=$4 xml=$5 vm=$6
+chmod 755 "$work"
+mkdir -p "$work"/{actions,rules,empty,bus}
+chmod 755 "$work"/{actions,rules,empty,bus}
+install -m 0644 "$repo/polkit/org.vgpud1.policy" "$work/actions/"
+install -m 0644 "$repo/polkit/50-org.vgpud1.rules" "$work/rules/"
+mount --bind "$work/actions" /usr/share/polkit-1/actions
+mount --bind "$work/rules" /etc/polkit-1/rules.d
+mount --bind "$work/empty" /usr/share/polkit-1/rules.d
+cp /etc/passwd "$work/passwd"
+cp /etc/group "$work/group"
+echo "vdsm-test:x:64910:64910:VDSM's stand-in:/nonexistent:/usr/sbin/nologin" >>"$work/passwd"
+echo "vdsm-test:x:64910:" >>"$work/group"
+grep -q '^vgpud:' "$work/group" || echo "vgpud:x:64911:" >>"$work/group"
+sed -i 's/^\(vgpud:[^:]*:[0-9]*:\)\(.*\)$/\1\2,vdsm-test/; s/^\(vgpud:[^:]*:[0-9]*:\),/\1/' "$work/group"
+chmod 644 "$work/passwd" "$work/group"
+mount --bind "$work/passwd" /etc/passwd
+mount --bind "$work/group" /etc/group
+
+socket=$work/bus/socket
+cat >"$work/bus.conf" <<CONF
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=$socket</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_destination="org.freedesktop.DBus"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+  </policy>
+  <include>/usr/share/dbus-1/system.d/org.freedesktop.PolicyKit1.conf</include>
+  <include>$repo/dbus/org.vgpud1.conf</include>
+</busconfig>
+CONF
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+dbus-daemon --config-file="$work/bus.conf" --nofork >"$work/dbus.log" 2>&1 &
+pids+=($!)
+export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$socket
+wait_for() {
+  for _ in $(seq 1 200); do
+    if busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" list --no-pager 2>/dev/null | grep -q "^$1 "; then return 0; fi
+    sleep 0.05
+  done
+  echo "namespace: $1 did not appear on the bus" >&2
+  return 1
+}
+for _ in $(seq 1 100); do [ -S "$socket" ] && break; sleep 0.05; done
+chmod 755 "$work/bus"
+/usr/lib/polkit-1/polkitd --no-debug >"$work/polkitd.log" 2>&1 &
+pids+=($!)
+wait_for org.freedesktop.PolicyKit1 || { cat "$work/polkitd.log" >&2; exit 1; }
+"$vgpud" --root "$simroot" --simulate >"$work/vgpud.log" 2>&1 &
+pids+=($!)
+wait_for org.vgpud1 || { cat "$work/vgpud.log" >&2; exit 1; }
+
+devices() {
+  n=$(busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call org.vgpud1 /org/vgpud1 org.vgpud1.Manager ListDevices | awk '{print $2}')
+  printf 'DEVICES\t%s\t%s\n' "$1" "$n"
+}
+hook() { # WHO UID PHASE
+  who=$1 uid=$2 phase=$3
+  [ -f "$work/$who.xml" ] || { cp "$xml" "$work/$who.xml"; chown "$uid:$uid" "$work/$who.xml"; }
+  case $who in
+    vdsm) as=(setpriv --reuid=vdsm-test --regid=vdsm-test --init-groups) ;;
+    nobody) as=(setpriv --reuid=65534 --regid=65534 --clear-groups) ;;
+  esac
+  rc=0
+  "${as[@]}" env -u PYTHONPATH -u PYTHONHOME _hook_domxml="$work/$who.xml" vmId="$vm" \
+    vgpud="RTX6000-4Q,RTX6000-4Q|separate" \
+    /usr/bin/python3 "$repo/integrations/ovirt/$phase/50_vgpud" 2>"$work/err" || rc=$?
+  printf 'RESULT\t%s\t%s\t%s\n' "$who" "$phase" "$rc"
+  printf 'STDERR\t%s\t%s\t%s\n' "$who" "$phase" "$(tr '\n\t' '  ' <"$work/err")"
+  printf 'HOSTDEVS\t%s\t%s\n' "$who" "$(grep -o '<hostdev ' "$work/$who.xml" | wc -l)"
+}
+echo "READY polkitd and vgpud are on the bus"
+hook vdsm 64910 before_vm_start
+devices after-start
+hook vdsm 64910 after_vm_destroy
+devices after-destroy
+hook nobody 65534 before_vm_start
+devices after-nobody
+"#;
+
+#[test]
+fn the_hook_works_as_a_member_of_the_group_vgpud_under_the_real_polkit_policy() {
+    let test = "the_hook_works_as_a_member_of_the_group_vgpud_under_the_real_polkit_policy";
+    if !common::skip::require_root(
+        test,
+        "to make a mount namespace, bind-mount polkit's files and run the hook as other users",
+    ) {
+        return;
+    }
+    require_python();
+    assert!(
+        Path::new("/usr/lib/polkit-1/polkitd").exists(),
+        "the real polkitd is needed (Debian package polkitd; tools/install-deps installs it)"
+    );
+    let host = common::daemon::TestHost::new(&["nvidia-turing"]);
+    let work = tempfile::tempdir().expect("tempdir");
+    let script = work.path().join("namespace.sh");
+    std::fs::write(&script, NAMESPACE_SCRIPT).expect("script");
+    let ns_work = work.path().join("ns");
+    std::fs::create_dir(&ns_work).expect("ns dir");
+    let out = Command::new("timeout")
+        .args([
+            "120",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+        ])
+        .arg(&script)
+        .arg(repo())
+        .arg(&ns_work)
+        .arg(common::daemon::vgpud_bin())
+        .arg(&host.root)
+        .arg(repo().join("tests/data/ovirt/engine-4.5-vm.xml"))
+        .arg(VM_UUID)
+        .output()
+        .expect("unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the namespace run failed ({}):\n{stdout}\n{err}",
+        out.status
+    );
+    let field = |kind: &str, key: &[&str]| -> String {
+        stdout
+            .lines()
+            .map(|l| l.split('\t').collect::<Vec<_>>())
+            .find(|f| f[0] == kind && f[1..=key.len()] == *key)
+            .and_then(|f| f.get(key.len() + 1).map(|s| s.to_string()))
+            .unwrap_or_else(|| panic!("no {kind} {key:?} line:\n{stdout}\n{err}"))
+    };
+    eprintln!("{stdout}");
+    let ctx = format!("\n{stdout}");
+    assert_eq!(
+        field("RESULT", &["vdsm", "before_vm_start"]),
+        "0",
+        "VDSM's user in the group vgpud starts the VM{ctx}"
+    );
+    assert_eq!(field("HOSTDEVS", &["vdsm"]), "2", "{ctx}");
+    assert_eq!(field("DEVICES", &["after-start"]), "2", "{ctx}");
+    assert_eq!(field("RESULT", &["vdsm", "after_vm_destroy"]), "0", "{ctx}");
+    assert_eq!(field("DEVICES", &["after-destroy"]), "0", "{ctx}");
+    // Someone outside the group is refused, and told what to do.
+    assert_eq!(
+        field("RESULT", &["nobody", "before_vm_start"]),
+        "2",
+        "{ctx}"
+    );
+    let refusal = field("STDERR", &["nobody", "before_vm_start"]);
+    assert!(
+        refusal.contains("org.freedesktop.DBus.Error.AccessDenied")
+            && refusal.contains("usermod -aG vgpud vdsm"),
+        "{refusal}{ctx}"
+    );
+    assert_eq!(field("HOSTDEVS", &["nobody"]), "0", "{ctx}");
+    assert_eq!(field("DEVICES", &["after-nobody"]), "0", "{ctx}");
+}
