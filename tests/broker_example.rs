@@ -227,9 +227,11 @@ async fn a_login_storm_of_forty_users_is_served_up_to_capacity_and_logs_out_clea
     let took = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     watcher.join().expect("watcher");
-    let peak = peak
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let peak = std::mem::take(
+        &mut *peak
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     eprintln!(
         "{output}\n(broker ran {took:?}; host sampled {} times; peak {peak:?})",
         peak.samples
