@@ -4,9 +4,8 @@
 //! with `VGPUD_REGENERATE_GOLDEN=1 cargo test --test vgpuctl`), the exit code of each error
 //! class, events, completions, the man page and the install.
 //!
-//! vgpuctl is its own package: `cargo build --workspace` builds it next to vgpud (CI does
-//! before the tests). The layout commands (`layouts`, `apply`, `diff`) get their tests with
-//! the daemon's side of layouts.
+//! vgpuctl is its own package: the tests build it (`cargo build -p vgpuctl`) next to vgpud
+//! before the first run.
 
 mod common;
 
@@ -22,19 +21,38 @@ use common::nvml::fake_library;
 use common::setup::Setup;
 use serde_json::Value;
 
-/// The vgpuctl binary next to vgpud.
+/// The vgpuctl binary next to vgpud, built once per test binary (`cargo build -p vgpuctl`:
+/// vgpuctl is a package of its own, which `cargo test` of this crate would not rebuild, so
+/// a stale one is never tested).
 fn vgpuctl() -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "vgpuctl"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    });
+    if let Err(e) = built {
+        panic!("cargo build -p vgpuctl failed:\n{e}");
+    }
     let path = Path::new(vgpud_bin()).with_file_name("vgpuctl");
     assert!(
         path.is_file(),
-        "{} is missing: vgpuctl is a package of its own; run `cargo build --workspace` first \
-         (CI does)",
+        "{} is missing after the build",
         path.display()
     );
     path
 }
 
 /// What a vgpuctl run left.
+#[derive(Debug)]
 struct Run {
     code: i32,
     stdout: String,
@@ -963,5 +981,89 @@ fn install_adds_vgpuctl_its_completions_and_man_page() {
         String::from_utf8_lossy(&unzipped.stdout),
         run_raw(&["man"]).stdout,
         "the installed page is vgpuctl's"
+    );
+}
+
+/// Writes `etc/vgpud/layouts/NAME.toml` on the simulated host.
+fn write_layout(s: &Setup, name: &str, text: &str) {
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    std::fs::write(dir.join(format!("{name}.toml")), text).expect("layout");
+}
+
+#[tokio::test]
+async fn layouts_are_listed_compared_planned_applied_and_refused() {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let gpus: Vec<String> = json(&s, &["gpus"])
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .map(|g| g["address"].as_str().expect("address").to_string())
+        .collect();
+    let (day_gpu, night_gpu) = (&gpus[0], &gpus[1]);
+    write_layout(
+        &s,
+        "day",
+        &format!(
+            "description = \"day shift\"\n[[gpu]]\naddress = \"{day_gpu}\"\nvfs = 32\n\
+             devices = [{{ type = \"L40S-4Q\", count = 2, owner = \"pool-day\" }}]\n"
+        ),
+    );
+    write_layout(
+        &s,
+        "night",
+        &format!("description = \"night\"\n[[gpu]]\naddress = \"{night_gpu}\"\nvfs = 0\n"),
+    );
+    assert_golden("vgpuctl/layouts.txt", ok(&s, &["layouts"]));
+    assert_golden("vgpuctl/layouts.json", json_text(&s, &["layouts"]));
+    assert_golden("vgpuctl/layout-diff.txt", ok(&s, &["diff", "day"]));
+    assert_golden(
+        "vgpuctl/layout-plan.txt",
+        ok(&s, &["apply", "day", "--dry-run"]),
+    );
+    assert!(listed(&s).is_empty(), "a dry run makes nothing");
+
+    let steps = json(&s, &["apply", "day"]);
+    let steps = steps.as_array().expect("steps");
+    assert_eq!(steps.len(), 3, "{steps:?}");
+    assert!(steps.iter().all(|s| s["status"] == "done"), "{steps:?}");
+    let made: Vec<String> = steps[1..]
+        .iter()
+        .map(|s| s["detail"].as_str().expect("uuid").to_string())
+        .collect();
+    let mut seen = busctl_devices(&s);
+    seen.sort();
+    let mut want = made.clone();
+    want.sort();
+    assert_eq!(seen, want, "busctl sees the pool's devices");
+    assert_eq!(busctl_gpu_property(&s, day_gpu, "NumVfs"), 32);
+    assert_golden("vgpuctl/layout-apply-again.txt", ok(&s, &["apply", "day"]));
+    assert_golden("vgpuctl/layout-diff-none.txt", ok(&s, &["diff", "day"]));
+
+    // A running desktop that is not the layout's stands in the way: exit 4, named, untouched.
+    ok(&s, &["vfs", night_gpu, "32"]);
+    let alice = "11111111-2222-4333-8444-0000000000a1";
+    ok(
+        &s,
+        &[
+            "create", "L40S-4Q", "--parent", night_gpu, "--uuid", alice, "--owner", "alice-vm",
+        ],
+    );
+    let r = ctl(&s, &["apply", "night"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert_golden("vgpuctl/layout-refused.txt", &r.stdout);
+    assert!(r.stdout.contains(alice) && r.stdout.contains("alice-vm"));
+    assert!(busctl_devices(&s).contains(&alice.to_string()));
+    assert_eq!(busctl_gpu_property(&s, night_gpu, "NumVfs"), 32);
+    // The NotFound message names the file looked for, below the simulated host's root.
+    let root = s.host.root.to_string_lossy().into_owned();
+    assert_golden(
+        "vgpuctl/errors-layouts.txt",
+        [
+            error_entry(&s, &["apply", "absent"], 3),
+            error_entry(&s, &["diff", "../etc/passwd"], 2),
+        ]
+        .concat()
+        .replace(&root, "<root>"),
     );
 }

@@ -443,6 +443,8 @@ async fn run(cli: Cli) -> Result<u8> {
             let steps = client.apply_layout(&name, dry_run).await?;
             let text = if j {
                 json(&steps)?
+            } else if steps.is_empty() {
+                format!("nothing to do: the host is as layout {name} says\n")
             } else {
                 let mut t = Table::new(&["STATUS", "GPU", "ACTION", "SUBJECT", "DETAIL"]);
                 for s in &steps {
@@ -466,6 +468,8 @@ async fn run(cli: Cli) -> Result<u8> {
             let diffs = client.diff_layout(&name).await?;
             if j {
                 json(&diffs)?
+            } else if diffs.is_empty() {
+                format!("no difference: the host is as layout {name} says\n")
             } else {
                 let mut t = Table::new(&["GPU", "ITEM", "WANTED", "ACTUAL"]);
                 for d in &diffs {
