@@ -19,7 +19,8 @@ pub enum Status {
     Done,
     /// The host failed it.
     Failed,
-    /// Something is in the way (named in the detail); nothing was changed.
+    /// Something is in the way (named in the detail: a device, an instance in use, no room
+    /// left); nothing was changed.
     Refused,
     /// An earlier step of the GPU did not succeed.
     Skipped,
@@ -152,7 +153,9 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Vec<Outcome> {
                 }
                 Err(e) => {
                     o.status = match e {
-                        EngineError::Busy(_) | EngineError::NeedsReset(_) => Status::Refused,
+                        EngineError::Busy(_)
+                        | EngineError::NeedsReset(_)
+                        | EngineError::NoCapacity { .. } => Status::Refused,
                         _ => Status::Failed,
                     };
                     o.detail = e.to_string();
