@@ -7,8 +7,6 @@
 //! fields (`AUDIT_EVENT`, `DEVICE`, `GPU`, `CALLER_UID`, `CALLER_PID`, `CALLER_UNIT`, `METHOD`,
 //! `OUTCOME`) can be queried, e.g. `journalctl -u vgpud CALLER_UID=1000`.
 
-use std::sync::Arc;
-
 use crate::engine::{Cause, Engine, Event, Record};
 
 /// What an event is, for the log: `None` for events that are no change of their own.
@@ -80,17 +78,7 @@ pub fn refused(cause: &Cause, device: &str, outcome: &str, message: &str) {
 
 /// Subscribes to the engine's events and logs them as they come, on a task of its own.
 pub fn spawn(engine: &Engine) -> tokio::task::JoinHandle<()> {
-    let woken = Arc::new(tokio::sync::Notify::new());
-    let wake = woken.clone();
-    let events = engine.events().subscribe(move || wake.notify_one());
-    tokio::spawn(async move {
-        loop {
-            woken.notified().await;
-            for r in events.drain() {
-                record(&r);
-            }
-        }
-    })
+    crate::engine::events::spawn_consumer(engine.events(), record)
 }
 
 #[cfg(test)]

@@ -489,78 +489,15 @@ async fn an_sriov_vgpu_becomes_a_pci_hostdev() {
 }
 
 /// The real polkitd and a system-type dbus-daemon with the project's policy files, in a
-/// private mount namespace (as tests/polkit.rs sets them up), and the hook run as VDSM's
+/// private mount namespace (tests/polkit/system-bus.sh, as tests/polkit.rs), and the hook run as VDSM's
 /// user would be: not root, a member of the group vgpud; then as nobody, who is refused.
 /// Arguments: REPO WORK VGPUD SIMROOT XML VM_UUID. Prints `RESULT<TAB>who<TAB>phase<TAB>rc`,
 /// `STDERR<TAB>who<TAB>phase<TAB>text`, `HOSTDEVS<TAB>who<TAB>n` and `DEVICES<TAB>when<TAB>n`.
 const NAMESPACE_SCRIPT: &str = r#"
 set -euo pipefail
 repo=$1 work=$2 vgpud=$3 simroot=$4 xml=$5 vm=$6
-chmod 755 "$work"
-mkdir -p "$work"/{actions,rules,empty,bus}
-chmod 755 "$work"/{actions,rules,empty,bus}
-install -m 0644 "$repo/polkit/org.vgpud1.policy" "$work/actions/"
-install -m 0644 "$repo/polkit/50-org.vgpud1.rules" "$work/rules/"
-mount --bind "$work/actions" /usr/share/polkit-1/actions
-mount --bind "$work/rules" /etc/polkit-1/rules.d
-mount --bind "$work/empty" /usr/share/polkit-1/rules.d
-cp /etc/passwd "$work/passwd"
-cp /etc/group "$work/group"
-echo "vdsm-test:x:64910:64910:VDSM's stand-in:/nonexistent:/usr/sbin/nologin" >>"$work/passwd"
-echo "vdsm-test:x:64910:" >>"$work/group"
-grep -q '^vgpud:' "$work/group" || echo "vgpud:x:64911:" >>"$work/group"
-sed -i 's/^\(vgpud:[^:]*:[0-9]*:\)\(.*\)$/\1\2,vdsm-test/; s/^\(vgpud:[^:]*:[0-9]*:\),/\1/' "$work/group"
-chmod 644 "$work/passwd" "$work/group"
-mount --bind "$work/passwd" /etc/passwd
-mount --bind "$work/group" /etc/group
-
-socket=$work/bus/socket
-cat >"$work/bus.conf" <<CONF
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=$socket</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_destination="org.freedesktop.DBus"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-  </policy>
-  <include>/usr/share/dbus-1/system.d/org.freedesktop.PolicyKit1.conf</include>
-  <include>$repo/dbus/org.vgpud1.conf</include>
-</busconfig>
-CONF
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-dbus-daemon --config-file="$work/bus.conf" --nofork >"$work/dbus.log" 2>&1 &
-pids+=($!)
-export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$socket
-wait_for() {
-  for _ in $(seq 1 200); do
-    if busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" list --no-pager 2>/dev/null | grep -q "^$1 "; then return 0; fi
-    sleep 0.05
-  done
-  echo "namespace: $1 did not appear on the bus" >&2
-  return 1
-}
-for _ in $(seq 1 100); do [ -S "$socket" ] && break; sleep 0.05; done
-chmod 755 "$work/bus"
-/usr/lib/polkit-1/polkitd --no-debug >"$work/polkitd.log" 2>&1 &
-pids+=($!)
-wait_for org.freedesktop.PolicyKit1 || { cat "$work/polkitd.log" >&2; exit 1; }
-"$vgpud" --root "$simroot" --simulate >"$work/vgpud.log" 2>&1 &
-pids+=($!)
-wait_for org.vgpud1 || { cat "$work/vgpud.log" >&2; exit 1; }
+. "$repo/tests/polkit/system-bus.sh"
+start_system_bus "$repo" "$work" "$vgpud" "$simroot" vdsm-test 64910
 
 devices() {
   n=$(busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call org.vgpud1 /org/vgpud1 org.vgpud1.Manager ListDevices | awk '{print $2}')

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use zbus::message::Header;
 use zbus::{interface, OwnedVariant, Variant};
 
+use vgpud_client::proxy::MigProfileRow;
+
 use super::error::{Error, Result};
 use super::limits;
 use super::manager::{blocking, owned_dict, Manager};
@@ -28,19 +30,6 @@ const SCHEDULER_OPTIONS: &[&str] = &[
     "runtime",
     "persistent",
 ];
-
-/// A row of ListMigProfiles.
-type MigProfileRow = (
-    u32,
-    u32,
-    String,
-    u32,
-    u64,
-    u32,
-    u32,
-    Vec<(u32, u32)>,
-    Vec<(u32, u32)>,
-);
 
 #[interface(name = "org.vgpud1.Nvidia")]
 impl NvidiaObject {

@@ -171,6 +171,25 @@ pub struct EventBus {
     subscribers: Mutex<Vec<Weak<Queue>>>,
 }
 
+/// Spawns a task that hands every event of the stream to `f`, oldest first, until the
+/// runtime ends: the audit log and the metrics subscribe so.
+pub fn spawn_consumer(
+    bus: &EventBus,
+    mut f: impl FnMut(&Record) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let woken = Arc::new(tokio::sync::Notify::new());
+    let wake = woken.clone();
+    let events = bus.subscribe(move || wake.notify_one());
+    tokio::spawn(async move {
+        loop {
+            woken.notified().await;
+            for r in events.drain() {
+                f(&r);
+            }
+        }
+    })
+}
+
 impl EventBus {
     /// Subscribes: from now on every event is queued for the subscriber, and `wake` is called
     /// after each (it must not block: set a flag, notify a task).

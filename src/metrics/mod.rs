@@ -8,7 +8,7 @@
 pub mod export;
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
@@ -112,17 +112,7 @@ impl Counters {
 
 /// Counts the core's events (the one stream D-Bus signals and the audit log come from).
 pub fn spawn_event_counter(engine: &Engine) -> tokio::task::JoinHandle<()> {
-    let woken = Arc::new(tokio::sync::Notify::new());
-    let wake = woken.clone();
-    let events = engine.events().subscribe(move || wake.notify_one());
-    tokio::spawn(async move {
-        loop {
-            woken.notified().await;
-            for r in events.drain() {
-                counters().change(&r.event);
-            }
-        }
-    })
+    crate::engine::events::spawn_consumer(engine.events(), |r| counters().change(&r.event))
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -201,66 +191,59 @@ pub fn render(engine: &Engine) -> String {
         max,
     );
 
-    let mut gpu_figures: std::collections::BTreeMap<String, Family<Labels, FloatGauge>> =
-        Default::default();
+    let mut gpus = Telemetry::default();
     for g in engine.list_gpus() {
-        if g.nvidia.is_none() || !g.is_physical() {
-            continue;
-        }
-        if let Ok(figures) = engine.metrics(&g.address) {
-            for (key, f) in figures {
-                let Some((name, factor)) = telemetry_metric(key) else {
-                    continue;
-                };
-                gpu_figures
-                    .entry(name)
-                    .or_default()
-                    .get_or_create(&vec![("gpu", g.address.clone())])
-                    .set(figure(f) * factor);
+        if g.nvidia.is_some() && g.is_physical() {
+            if let Ok(figures) = engine.metrics(&g.address) {
+                gpus.add(&figures, vec![("gpu", g.address.clone())]);
             }
         }
     }
-    for (key, family) in gpu_figures {
-        r.register(
-            format!("gpu_{key}"),
-            format!("NVML's {key} of a GPU"),
-            family,
-        );
-    }
-
-    let mut vgpu_figures: std::collections::BTreeMap<String, Family<Labels, FloatGauge>> =
-        Default::default();
+    gpus.register(&mut r, "gpu", "A GPU's");
+    let mut vgpus = Telemetry::default();
     for d in engine.list_devices() {
-        if !d.active || d.kind != crate::model::DeviceKind::SriovVgpu {
-            continue;
-        }
-        if let Ok(figures) = engine.metrics(&d.uuid) {
-            let gpu = engine.gpu_of_parent(&d.parent);
-            for (key, f) in figures {
-                let Some((name, factor)) = telemetry_metric(key) else {
-                    continue;
-                };
-                vgpu_figures
-                    .entry(name)
-                    .or_default()
-                    .get_or_create(&vec![("uuid", d.uuid.clone()), ("gpu", gpu.clone())])
-                    .set(figure(f) * factor);
+        if d.active && d.kind == crate::model::DeviceKind::SriovVgpu {
+            if let Ok(figures) = engine.metrics(&d.uuid) {
+                let gpu = engine.gpu_of_parent(&d.parent);
+                vgpus.add(&figures, vec![("uuid", d.uuid.clone()), ("gpu", gpu)]);
             }
         }
     }
-    for (key, family) in vgpu_figures {
-        r.register(
-            format!("vgpu_{key}"),
-            format!("NVML's {key} of a vGPU"),
-            family,
-        );
-    }
+    vgpus.register(&mut r, "vgpu", "A vGPU's");
 
     let mut out = String::new();
     if let Err(e) = prometheus_text::encode(&mut out, &r) {
         tracing::warn!("encoding the metrics: {e}");
     }
     out
+}
+
+/// NVML's figures of GPUs or vGPUs, a gauge family per figure.
+#[derive(Default)]
+struct Telemetry(std::collections::BTreeMap<String, Family<Labels, FloatGauge>>);
+
+impl Telemetry {
+    fn add(&mut self, figures: &crate::engine::telemetry::Metrics, labels: Labels) {
+        for (key, f) in figures {
+            if let Some((name, factor)) = telemetry_metric(key) {
+                self.0
+                    .entry(name)
+                    .or_default()
+                    .get_or_create(&labels)
+                    .set(figure(*f) * factor);
+            }
+        }
+    }
+
+    fn register(self, r: &mut Registry, prefix: &str, whose: &str) {
+        for (key, family) in self.0 {
+            r.register(
+                format!("{prefix}_{key}"),
+                format!("{whose} {key}, as NVML reports it"),
+                family,
+            );
+        }
+    }
 }
 
 fn figure(f: crate::engine::telemetry::Figure) -> f64 {
