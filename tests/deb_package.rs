@@ -759,6 +759,31 @@ fn installed_in_a_copy_on_write_root() {
     // No bus runs in the root again (dbus's trigger would try to reach the socket).
     std::fs::remove_dir_all(root.at("/run/dbus")).expect("rm /run/dbus");
 
+    // An upgrade (this package over itself): the operator's change to a conffile and the
+    // unit they disabled are kept, without a question.
+    let config = root.at("/etc/vgpud/vgpud.toml");
+    let changed = std::fs::read_to_string(&config).expect("config") + "# the operator's\n";
+    std::fs::write(&config, &changed).expect("change the config");
+    let systemctl_root = format!("--root={}", s(&root.path));
+    run("systemctl", &[&systemctl_root, "disable", "vgpud.service"]);
+    let out = root.dpkg(&["--install", s(&deb)]);
+    println!("dpkg --install (upgrade):\n{}", text(&out));
+    assert_eq!(root.status().as_deref(), Some("install ok installed"));
+    assert_eq!(
+        std::fs::read_to_string(&config).expect("config"),
+        changed,
+        "the operator's configuration is kept"
+    );
+    let enabled = Command::new("systemctl")
+        .args([&systemctl_root, "is-enabled", "vgpud.service"])
+        .output()
+        .expect("systemctl");
+    assert_eq!(
+        stdout(&enabled).trim(),
+        "disabled",
+        "the operator's disable is kept"
+    );
+
     // Remove: the files go, the conffiles stay, the unit is masked (debhelper's way).
     let out = root.dpkg(&["--remove", "vgpud"]);
     println!("dpkg --remove:\n{}", text(&out));
