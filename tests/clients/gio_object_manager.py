@@ -28,6 +28,10 @@ c = Checks("Gio object manager client")
 NAME = "org.vgpud1"
 NVIDIA = "org.vgpud1.Nvidia"
 NVIDIA_PATH = "/org/vgpud1/nvidia"
+LAYOUTS = "org.vgpud1.Layouts"
+LAYOUTS_PATH = "/org/vgpud1/layouts"
+# The singleton objects beside the GPUs and devices, each with its one interface.
+SINGLETONS = {NVIDIA_PATH: {NVIDIA}, LAYOUTS_PATH: {LAYOUTS}}
 
 conn = Gio.DBusConnection.new_for_address_sync(
     bus_address(),
@@ -136,9 +140,9 @@ def initial():
     gpu_paths = sorted(g[4] for g in gpus)
     c.equal(sorted(p for p, i in objs.items() if GPU in i), gpu_paths,
             "every GPU of ListGpus has a Gpu object proxy")
-    c.check(all(set(i) <= {GPU, DEVICE} or (p == NVIDIA_PATH and set(i) == {NVIDIA})
+    c.check(all(set(i) <= {GPU, DEVICE} or SINGLETONS.get(p) == set(i)
                 for p, i in objs.items()),
-            "object proxies carry only Gpu and Device interfaces (and the NVIDIA control object)",
+            "object proxies carry only Gpu and Device interfaces (and the NVIDIA and layouts objects)",
             {p: sorted(i) for p, i in objs.items()})
     mtty = next(g for g in gpus if g[0] == "mtty")
     state["mtty"] = mtty[4]
