@@ -26,21 +26,9 @@ use serde_json::Value;
 /// a stale one is never tested).
 fn vgpuctl() -> PathBuf {
     static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "vgpuctl"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    });
+    let built = BUILT.get_or_init(|| common::nvml::cargo_build("vgpuctl"));
     if let Err(e) = built {
-        panic!("cargo build -p vgpuctl failed:\n{e}");
+        panic!("{e}");
     }
     let path = Path::new(vgpud_bin()).with_file_name("vgpuctl");
     assert!(

@@ -57,7 +57,21 @@ pub struct Outcome {
 /// The host as the plan sees it: every physical GPU with its VFs, MIG state, instances,
 /// modes, scheduler and devices.
 pub fn host_view(engine: &Engine) -> HostView {
-    let devices = engine.list_devices();
+    // Each device under its physical GPU, looked up once.
+    let mut devices: std::collections::HashMap<String, Vec<DeviceView>> = Default::default();
+    for d in engine.list_devices() {
+        devices
+            .entry(engine.gpu_of_parent(&d.parent))
+            .or_default()
+            .push(DeviceView {
+                uuid: d.uuid,
+                type_id: d.type_id,
+                type_name: d.type_name,
+                owner: d.owner,
+                active: d.active,
+                created: d.created,
+            });
+    }
     let gpus = engine
         .list_gpus()
         .into_iter()
@@ -97,18 +111,7 @@ pub fn host_view(engine: &Engine) -> HostView {
                     .collect(),
                 heterogeneous: engine.is_heterogeneous(&g.address),
                 scheduler: recorded.or(reported),
-                devices: devices
-                    .iter()
-                    .filter(|d| engine.gpu_of_parent(&d.parent) == g.address)
-                    .map(|d| DeviceView {
-                        uuid: d.uuid.clone(),
-                        type_id: d.type_id.clone(),
-                        type_name: d.type_name.clone(),
-                        owner: d.owner.clone(),
-                        active: d.active,
-                        created: d.created,
-                    })
-                    .collect(),
+                devices: devices.remove(&g.address).unwrap_or_default(),
             }
         })
         .collect();

@@ -148,8 +148,9 @@ pub fn render(engine: &Engine) -> String {
         c.changes.clone(),
     );
 
+    let all_devices = engine.list_devices();
     let devices: Family<Labels, Gauge> = Family::default();
-    for d in engine.list_devices() {
+    for d in &all_devices {
         let gpu = engine.gpu_of_parent(&d.parent);
         let state = if d.active { "active" } else { "inactive" };
         devices
@@ -201,7 +202,7 @@ pub fn render(engine: &Engine) -> String {
     }
     gpus.register(&mut r, "gpu", "A GPU's");
     let mut vgpus = Telemetry::default();
-    for d in engine.list_devices() {
+    for d in &all_devices {
         if d.active && d.kind == crate::model::DeviceKind::SriovVgpu {
             if let Ok(figures) = engine.metrics(&d.uuid) {
                 let gpu = engine.gpu_of_parent(&d.parent);

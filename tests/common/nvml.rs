@@ -22,23 +22,32 @@ fn target_dir() -> PathBuf {
     }
 }
 
+/// Builds a workspace package (`cargo build -p NAME`, the same profile as the tests) and
+/// returns cargo's error output when it fails. Test binaries call it once per package, for
+/// what `cargo test` of this crate does not rebuild: the fake NVML library, vgpuctl.
+pub fn cargo_build(package: &str) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "--quiet", "-p", package])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo build -p {package} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// Builds the fake library (`cargo build -p vgpud-fake-nvml`, once per test binary) and
 /// returns the path of `libnvidia_ml.so`. Panics with cargo's output when the build fails.
 pub fn fake_library() -> PathBuf {
     LIBRARY
         .get_or_init(|| {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "vgpud-fake-nvml"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .map_err(|e| format!("cannot run cargo: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "cargo build -p vgpud-fake-nvml failed:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
+            cargo_build("vgpud-fake-nvml")?;
             let lib = target_dir().join("debug").join("libnvidia_ml.so");
             if lib.is_file() {
                 Ok(lib)
