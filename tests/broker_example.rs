@@ -84,16 +84,23 @@ struct Peak {
 /// Counts the devices of each type on each mdev parent of the simulated host.
 fn devices_now(root: &Path) -> BTreeMap<String, BTreeMap<String, usize>> {
     let mut out = BTreeMap::new();
-    let Ok(parents) = std::fs::read_dir(root.join("sys/class/mdev_bus")) else {
-        return out;
-    };
-    for parent in parents.flatten() {
+    // A missing directory is a broken simulated host, never "no devices".
+    let class = root.join("sys/class/mdev_bus");
+    let parents: Vec<_> = std::fs::read_dir(&class)
+        .unwrap_or_else(|e| panic!("{}: {e}", class.display()))
+        .flatten()
+        .collect();
+    assert!(!parents.is_empty(), "{} lists no parent", class.display());
+    for parent in parents {
         let mut per_type = BTreeMap::new();
         let types = parent.path().join("mdev_supported_types");
-        for ty in std::fs::read_dir(&types).into_iter().flatten().flatten() {
-            let n = std::fs::read_dir(ty.path().join("devices"))
-                .map(|d| d.count())
-                .unwrap_or(0);
+        let types =
+            std::fs::read_dir(&types).unwrap_or_else(|e| panic!("{}: {e}", types.display()));
+        for ty in types.flatten() {
+            let devices = ty.path().join("devices");
+            let n = std::fs::read_dir(&devices)
+                .unwrap_or_else(|e| panic!("{}: {e}", devices.display()))
+                .count();
             if n > 0 {
                 per_type.insert(ty.file_name().to_string_lossy().into_owned(), n);
             }
@@ -306,7 +313,9 @@ async fn a_login_storm_of_forty_users_is_served_up_to_capacity_and_logs_out_clea
         .sum();
     assert_eq!(in_sysfs, 0, "mdevs left in sysfs after the logout");
     let mdev_bus = s.host.path("sys/bus/mdev/devices");
-    let entries = std::fs::read_dir(&mdev_bus).map(|d| d.count()).unwrap_or(0);
+    let entries = std::fs::read_dir(&mdev_bus)
+        .unwrap_or_else(|e| panic!("{}: {e}", mdev_bus.display()))
+        .count();
     assert_eq!(entries, 0, "{} is not empty", mdev_bus.display());
     let defs = s.host.path("etc/mdevctl.d");
     let defined: Vec<_> = walk(&defs);

@@ -311,7 +311,12 @@ async fn nvidia_equal_size_rule_and_placement() {
 
     // That GPU now only offers 4Q-sized types.
     let types = m.list_types().await.expect("ListTypes");
-    for t in types.iter().filter(|t| t.0 == busy_gpu) {
+    let on_busy: Vec<_> = types.iter().filter(|t| t.0 == busy_gpu).collect();
+    assert!(
+        on_busy.iter().any(|t| t.3 == 4 << 30) && on_busy.iter().any(|t| t.3 != 4 << 30),
+        "the busy GPU lists its 4 GiB type and other sizes: {on_busy:?}"
+    );
+    for t in on_busy {
         if t.3 == 4 << 30 {
             assert_eq!(t.5, t.4 - 2, "{t:?}");
         } else {
