@@ -313,11 +313,17 @@ fn apply_boot_layout(engine: &Engine, name: &str) {
         method: "ApplyLayout".into(),
         ..crate::engine::Cause::default()
     };
-    let outcomes = crate::engine::with_cause(cause, || {
+    let outcomes = match crate::engine::with_cause(cause, || {
         engine
             .events()
             .batch(|| crate::layout::apply(engine, &layout, false))
-    });
+    }) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(layout = name, "the layout to apply at start is refused: {e}");
+            return;
+        }
+    };
     let mut not_ok = 0;
     for o in &outcomes {
         let ok = matches!(o.status, crate::layout::Status::Done);
