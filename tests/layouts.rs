@@ -396,7 +396,9 @@ async fn a_layout_too_large_for_one_reply_is_refused_and_vgpud_stays_on_the_bus(
 async fn concurrent_applies_of_a_layout_make_its_pool_once() {
     let (s, c) = host().await;
     let gpu = gpus_of(&c, "L40S").await[0].0.clone();
-    c.set_vf_count(&gpu, 32, &Options::new()).await.expect("VFs");
+    c.set_vf_count(&gpu, 32, &Options::new())
+        .await
+        .expect("VFs");
     write_layout(
         &s,
         "four",
@@ -437,11 +439,7 @@ async fn a_model_that_matches_no_gpu_is_refused_naming_the_models() {
     let (s, c) = host().await;
     let h200 = gpus_of(&c, "H200").await;
     assert_ne!(h200[0].1, "H200", "the host's model is longer: {h200:?}");
-    write_layout(
-        &s,
-        "short",
-        "[[gpu]]\nmodel = \"H200\"\nvfs = 32\n",
-    );
+    write_layout(&s, "short", "[[gpu]]\nmodel = \"H200\"\nvfs = 32\n");
     for dry_run in [true, false] {
         let steps = c.apply_layout("short", dry_run).await.expect("ApplyLayout");
         assert_eq!(steps.len(), 1, "{steps:?}");
@@ -456,7 +454,11 @@ async fn a_model_that_matches_no_gpu_is_refused_naming_the_models() {
     let diff = c.diff_layout("short").await.expect("DiffLayout");
     assert_eq!(diff.len(), 1, "{diff:?}");
     assert_eq!(
-        (diff[0].gpu.as_str(), diff[0].item.as_str(), diff[0].wanted.as_str()),
+        (
+            diff[0].gpu.as_str(),
+            diff[0].item.as_str(),
+            diff[0].wanted.as_str()
+        ),
         ("model H200", "gpu", "present"),
         "{diff:?}"
     );

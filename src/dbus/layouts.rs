@@ -21,9 +21,9 @@ impl From<LayoutError> for Error {
     fn from(e: LayoutError) -> Self {
         match e {
             LayoutError::NotFound { .. } => Error::NotFound(e.to_string()),
-            LayoutError::BadName(_) | LayoutError::Invalid { .. } | LayoutError::TooLarge { .. } => {
-                Error::InvalidArgument(e.to_string())
-            }
+            LayoutError::BadName(_)
+            | LayoutError::Invalid { .. }
+            | LayoutError::TooLarge { .. } => Error::InvalidArgument(e.to_string()),
             LayoutError::Read(_) => Error::Failed(e.to_string()),
         }
     }

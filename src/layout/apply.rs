@@ -131,7 +131,8 @@ static RELEASED: Condvar = Condvar::new();
 
 fn held() -> MutexGuard<'static, BTreeSet<(PathBuf, String)>> {
     // Every update is one insert or remove: a poisoned lock still holds consistent data.
-    HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The layout locks of some GPUs, taken all at once (so two applies never wait for each

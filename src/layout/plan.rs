@@ -228,7 +228,7 @@ fn model_is(wanted: &str, model: &str) -> bool {
     wanted.to_lowercase() == model.to_lowercase()
 }
 
-/// The host's models in words: `models: "H200 SXM 141GB", "NVIDIA L40S"`.
+/// The host's models in words: `the host's models: "H200 SXM 141GB", "L40S"`.
 fn models(host: &HostView) -> String {
     let mut all: Vec<&str> = host.gpus.iter().map(|g| g.model.as_str()).collect();
     all.sort_unstable();

@@ -363,7 +363,8 @@ fn a_model_that_matches_no_gpu_is_unmatched_naming_the_host_models() {
     let host = HostView {
         gpus: vec![l40s("0000:41:00.0"), h.clone(), l40s("0000:81:00.0")],
     };
-    let l = layout("[[gpu]]\nmodel = \"H200\"\nvfs = 32\n[[gpu]]\nmodel = \"nvidia l40s\"\nvfs = 8\n");
+    let l =
+        layout("[[gpu]]\nmodel = \"H200\"\nvfs = 32\n[[gpu]]\nmodel = \"nvidia l40s\"\nvfs = 8\n");
     let p = plan(&l, &host);
     assert_eq!(names(&p.steps), ["set-vf-count 8", "set-vf-count 8"]);
     assert_eq!(p.unmatched.len(), 1, "{:?}", p.unmatched);
@@ -378,7 +379,10 @@ fn a_model_that_matches_no_gpu_is_unmatched_naming_the_host_models() {
         (d[0].gpu.as_str(), d[0].item.as_str(), d[0].wanted.as_str()),
         ("model H200", "gpu", "present")
     );
-    assert!(d[0].actual.starts_with("absent (the host's models: "), "{d:?}");
+    assert!(
+        d[0].actual.starts_with("absent (the host's models: "),
+        "{d:?}"
+    );
     // The host's model, in another case, matches.
     let l = layout("[[gpu]]\nmodel = \"h200 sxm 141gb\"\nvfs = 32\n");
     assert!(plan(&l, &HostView { gpus: vec![h] }).unmatched.is_empty());
@@ -387,7 +391,9 @@ fn a_model_that_matches_no_gpu_is_unmatched_naming_the_host_models() {
 #[test]
 fn a_plan_longer_than_one_answer_is_refused() {
     let host = HostView {
-        gpus: (0..5).map(|i| l40s(&format!("0000:{:02x}:00.0", 0x41 + i))).collect(),
+        gpus: (0..5)
+            .map(|i| l40s(&format!("0000:{:02x}:00.0", 0x41 + i)))
+            .collect(),
     };
     let l = layout(
         "[[gpu]]\nmodel = \"NVIDIA L40S\"\ndevices = [{ type = \"L40S-4Q\", count = 1024, owner = \"p\" }]\n",
