@@ -346,3 +346,122 @@ async fn a_layout_named_in_the_configuration_is_applied_at_every_start() {
     assert_eq!(pool(&c, "pool-day").await, first);
     assert!(s.daemon.log_text().contains("layout applied at start"));
 }
+
+/// A legal layout whose plan would not fit one D-Bus reply (the bus then drops vgpud): the
+/// dry run, the apply and the diff answer a named error at once, and vgpud stays on the bus.
+#[tokio::test]
+async fn a_layout_too_large_for_one_reply_is_refused_and_vgpud_stays_on_the_bus() {
+    let (s, c) = host().await;
+    let model = gpus_of(&c, "L40S").await[0].1.clone();
+    // One model, 64 entries of count = 1024; owners of 250 bytes make each row long.
+    let mut text = format!("[[gpu]]\nmodel = \"{model}\"\ndevices = [\n");
+    for i in 0..64 {
+        let owner = format!("pool-{i:02}-{}", "o".repeat(242));
+        text.push_str(&format!(
+            "  {{ type = \"L40S-4Q\", count = 1024, owner = \"{owner}\" }},\n"
+        ));
+    }
+    text.push_str("]\n");
+    write_layout(&s, "huge", &text);
+    for dry_run in [true, false] {
+        let started = std::time::Instant::now();
+        let e = c
+            .apply_layout("huge", dry_run)
+            .await
+            .expect_err("a reply too large is refused");
+        assert_eq!(
+            e.name(),
+            "org.vgpud1.Error.InvalidArgument",
+            "dry_run={dry_run}: {e}"
+        );
+        assert!(e.message().contains("huge.toml"), "{e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    let e = c.diff_layout("huge").await.expect_err("DiffLayout refused");
+    assert_eq!(e.name(), "org.vgpud1.Error.InvalidArgument", "{e}");
+    assert!(c.list_devices().await.expect("ListDevices").is_empty());
+    assert_eq!(
+        gpus_of(&c, "L40S").await.len(),
+        2,
+        "vgpud keeps its bus name"
+    );
+}
+
+/// Applies of one layout at the same time make the pool once, not once per apply.
+#[tokio::test]
+async fn concurrent_applies_of_a_layout_make_its_pool_once() {
+    let (s, c) = host().await;
+    let gpu = gpus_of(&c, "L40S").await[0].0.clone();
+    c.set_vf_count(&gpu, 32, &Options::new())
+        .await
+        .expect("VFs");
+    write_layout(
+        &s,
+        "four",
+        &format!(
+            "[[gpu]]\naddress = \"{gpu}\"\ndevices = [{{ type = \"L40S-4Q\", count = 4, owner = \"pool-four\" }}]\n"
+        ),
+    );
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let conn = s.bus.connect().await;
+        clients.push(Client::from_connection(conn).await.expect("client"));
+    }
+    let results = tokio::join!(
+        clients[0].apply_layout("four", false),
+        clients[1].apply_layout("four", false),
+        clients[2].apply_layout("four", false),
+        clients[3].apply_layout("four", false),
+    );
+    let steps: Vec<LayoutStep> = [results.0, results.1, results.2, results.3]
+        .into_iter()
+        .flat_map(|r| r.expect("ApplyLayout"))
+        .collect();
+    let got = summary(&steps);
+    assert_eq!(
+        pool(&c, "pool-four").await.len(),
+        4,
+        "four applies at once: {got:#?}"
+    );
+    assert_eq!(got.len(), 4, "made once between them: {got:#?}");
+    assert!(steps.iter().all(|s| s.status == "done"), "{got:#?}");
+    assert_eq!(c.diff_layout("four").await.expect("DiffLayout"), []);
+}
+
+/// A model selector that matches no GPU is a refused `match` row and a difference, naming
+/// the models the host has.
+#[tokio::test]
+async fn a_model_that_matches_no_gpu_is_refused_naming_the_models() {
+    let (s, c) = host().await;
+    let h200 = gpus_of(&c, "H200").await;
+    assert_ne!(h200[0].1, "H200", "the host's model is longer: {h200:?}");
+    write_layout(&s, "short", "[[gpu]]\nmodel = \"H200\"\nvfs = 32\n");
+    for dry_run in [true, false] {
+        let steps = c.apply_layout("short", dry_run).await.expect("ApplyLayout");
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        let row = &steps[0];
+        assert_eq!(
+            (row.status.as_str(), row.gpu.as_str(), row.action.as_str()),
+            ("refused", "model H200", "match"),
+            "{row:?}"
+        );
+        assert!(row.detail.contains(&h200[0].1), "names the models: {row:?}");
+    }
+    let diff = c.diff_layout("short").await.expect("DiffLayout");
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    assert_eq!(
+        (
+            diff[0].gpu.as_str(),
+            diff[0].item.as_str(),
+            diff[0].wanted.as_str()
+        ),
+        ("model H200", "gpu", "present"),
+        "{diff:?}"
+    );
+    assert!(diff[0].actual.contains(&h200[0].1), "{diff:?}");
+    assert_eq!(c.gpu(&h200[0].0).await.expect("Gpu").num_vfs, 0);
+}

@@ -299,8 +299,19 @@ impl Termination {
 /// Applies the layout named in the configuration after the restore; every step's outcome is
 /// logged, and a layout that cannot be used is reported, never fatal.
 fn apply_boot_layout(engine: &Engine, name: &str) {
-    let layout = match crate::layout::file::load(engine.host().root(), name) {
-        Ok(l) => l,
+    let cause = crate::engine::Cause {
+        method: "ApplyLayout".into(),
+        ..crate::engine::Cause::default()
+    };
+    let applied = crate::layout::file::load(engine.host().root(), name).and_then(|layout| {
+        crate::engine::with_cause(cause, || {
+            engine
+                .events()
+                .batch(|| crate::layout::apply(engine, &layout, false))
+        })
+    });
+    let outcomes = match applied {
+        Ok(o) => o,
         Err(e) => {
             tracing::error!(
                 layout = name,
@@ -309,15 +320,6 @@ fn apply_boot_layout(engine: &Engine, name: &str) {
             return;
         }
     };
-    let cause = crate::engine::Cause {
-        method: "ApplyLayout".into(),
-        ..crate::engine::Cause::default()
-    };
-    let outcomes = crate::engine::with_cause(cause, || {
-        engine
-            .events()
-            .batch(|| crate::layout::apply(engine, &layout, false))
-    });
     let mut not_ok = 0;
     for o in &outcomes {
         let ok = matches!(o.status, crate::layout::Status::Done);

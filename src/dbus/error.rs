@@ -119,7 +119,7 @@ impl std::error::Error for Error {}
 pub const MAX_MESSAGE: usize = 2048;
 
 /// A message cut to [`MAX_MESSAGE`] bytes (at a character boundary).
-fn capped(mut msg: String) -> String {
+pub(super) fn capped(mut msg: String) -> String {
     if msg.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE;
         while !msg.is_char_boundary(end) {

@@ -6,7 +6,7 @@
 use zbus::interface;
 use zbus::message::Header;
 
-use super::error::{Error, Result};
+use super::error::{capped, Error, Result};
 use super::manager::{blocking, Manager};
 use super::options::{OptionReader, Options};
 use crate::layout::{self, LayoutError};
@@ -21,9 +21,9 @@ impl From<LayoutError> for Error {
     fn from(e: LayoutError) -> Self {
         match e {
             LayoutError::NotFound { .. } => Error::NotFound(e.to_string()),
-            LayoutError::BadName(_) | LayoutError::Invalid { .. } => {
-                Error::InvalidArgument(e.to_string())
-            }
+            LayoutError::BadName(_)
+            | LayoutError::Invalid { .. }
+            | LayoutError::TooLarge { .. } => Error::InvalidArgument(e.to_string()),
             LayoutError::Read(_) => Error::Failed(e.to_string()),
         }
     }
@@ -82,13 +82,13 @@ impl LayoutsObject {
                 let wanted = self.load(&name)?;
                 let engine = self.0.engine.clone();
                 let outcomes = if dry_run {
-                    blocking(move || Ok(layout::apply(&engine, &wanted, true))).await?
+                    blocking(move || Ok(layout::apply(&engine, &wanted, true))).await??
                 } else {
                     self.0
                         .changing(cause, &format!("layout {name}"), move || {
                             Ok(layout::apply(&engine, &wanted, false))
                         })
-                        .await?
+                        .await??
                 };
                 Ok(outcomes
                     .into_iter()
@@ -98,7 +98,7 @@ impl LayoutsObject {
                             o.gpu,
                             o.action,
                             o.subject,
-                            o.detail,
+                            capped(o.detail),
                         )
                     })
                     .collect())
@@ -128,6 +128,7 @@ impl LayoutsObject {
                 let diffs =
                     blocking(move || Ok(layout::plan::diff(&wanted, &layout::host_view(&engine))))
                         .await?;
+                layout::plan::within_answer(diffs.len())?;
                 Ok(diffs
                     .into_iter()
                     .map(|d| (d.gpu, d.item, d.wanted, d.actual))

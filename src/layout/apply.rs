@@ -2,12 +2,18 @@
 //! through the engine's own operations (the same locks, checks, journal and events as the
 //! D-Bus methods), each with its outcome. A step that does not succeed skips the later
 //! structural steps of its GPU (VFs, MIG, GPU instances) and those that depend on them;
-//! other GPUs go on.
+//! other GPUs go on. An apply holds the layout lock of each GPU its layout touches from the
+//! plan to its last step, so two applies never plan from the same state of a GPU; applies on
+//! other GPUs do not wait.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::engine::{CreateRequest, Engine, EngineError};
 use crate::gpu_control::SchedulerSetting;
 
-use super::file::Layout;
+use super::file::{Layout, LayoutError};
 use super::plan::{self, Action, DeviceView, GpuView, HostView, InstanceView, Step};
 
 /// What came of a step.
@@ -118,9 +124,78 @@ pub fn host_view(engine: &Engine) -> HostView {
     HostView { gpus }
 }
 
-/// Plans the layout on the host now and, unless `dry_run`, takes the steps in order.
-pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Vec<Outcome> {
-    let plan = plan::plan(layout, &host_view(engine));
+/// The GPUs (by host root and address) whose layout lock an apply holds, and the signal
+/// that one was let go.
+static HELD: Mutex<BTreeSet<(PathBuf, String)>> = Mutex::new(BTreeSet::new());
+static RELEASED: Condvar = Condvar::new();
+
+fn held() -> MutexGuard<'static, BTreeSet<(PathBuf, String)>> {
+    // Every update is one insert or remove: a poisoned lock still holds consistent data.
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The layout locks of some GPUs, taken all at once (so two applies never wait for each
+/// other in a cycle) and let go on drop.
+struct LayoutLock(Vec<(PathBuf, String)>);
+
+impl LayoutLock {
+    /// Waits until no other apply holds any of `gpus`, then holds them.
+    fn hold(root: &std::path::Path, gpus: Vec<String>) -> Self {
+        let keys: Vec<(PathBuf, String)> =
+            gpus.into_iter().map(|g| (root.to_path_buf(), g)).collect();
+        let mut set = held();
+        while keys.iter().any(|k| set.contains(k)) {
+            set = RELEASED
+                .wait(set)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        set.extend(keys.iter().cloned());
+        LayoutLock(keys)
+    }
+
+    fn covers(&self, gpus: &[String]) -> bool {
+        gpus.iter().all(|g| self.0.iter().any(|(_, a)| a == g))
+    }
+}
+
+impl Drop for LayoutLock {
+    fn drop(&mut self) {
+        let mut set = held();
+        for k in &self.0 {
+            set.remove(k);
+        }
+        RELEASED.notify_all();
+    }
+}
+
+/// The GPUs a layout applies to on the host.
+fn touched(layout: &Layout, view: &HostView) -> Vec<String> {
+    plan::entries_by_gpu(layout, view)
+        .into_iter()
+        .map(|(_, gi)| view.gpus[gi].address.clone())
+        .collect()
+}
+
+/// Plans the layout on the host now and, unless `dry_run`, takes the steps in order, under
+/// the layout lock of each GPU it touches. A plan longer than one answer may hold
+/// ([`plan::MAX_ROWS`]) is refused before any step.
+pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Result<Vec<Outcome>, LayoutError> {
+    let mut view = host_view(engine);
+    let _lock = if dry_run {
+        None
+    } else {
+        // Planned again once held: another apply may have changed the GPUs meanwhile.
+        Some(loop {
+            let lock = LayoutLock::hold(engine.host().root(), touched(layout, &view));
+            view = host_view(engine);
+            if lock.covers(&touched(layout, &view)) {
+                break lock;
+            }
+        })
+    };
+    let plan = plan::plan(layout, &view);
+    plan::within_answer(plan.unmatched.len() + plan.steps.len())?;
     let mut out: Vec<Outcome> = plan
         .unmatched
         .iter()
@@ -129,7 +204,7 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Vec<Outcome> {
             gpu: u.selector.clone(),
             action: "match".into(),
             subject: String::new(),
-            detail: "no GPU of the host matches".into(),
+            detail: u.reason.clone(),
         })
         .collect();
     // The GPU whose structure (VFs, MIG, instances) a step failed to change.
@@ -170,7 +245,7 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Vec<Outcome> {
         }
         out.push(o);
     }
-    out
+    Ok(out)
 }
 
 /// Takes one step; what came of it in words.

@@ -19,6 +19,9 @@ pub const MAX_GPU_ENTRIES: usize = 256;
 pub const MAX_DEVICE_ENTRIES: usize = 64;
 /// Most devices one entry keeps made.
 pub const MAX_COUNT: u32 = 1024;
+/// Most devices one `[[gpu]]` entry keeps made, its pools together (a GPU holds far fewer;
+/// this bounds the plan before it is made).
+pub const MAX_GPU_DEVICES: u32 = 1024;
 /// Most GPU instances one entry lists.
 pub const MAX_INSTANCES: usize = 64;
 /// Longest string in a layout (a selector, a type, an owner, parameters).
@@ -43,6 +46,14 @@ pub enum LayoutError {
     /// The file cannot be read (not a regular file, too large, not UTF-8).
     #[error("cannot read {}: {}", .0.path.display(), .0.reason)]
     Read(crate::persist::BadFile),
+    /// Its plan or its differences on this host would not fit one answer.
+    #[error("the layout makes {rows} rows on this host, more than the {max} one answer holds: lower its counts, or split it")]
+    TooLarge {
+        /// The rows it would make.
+        rows: usize,
+        /// The most one answer holds.
+        max: usize,
+    },
     /// The file is malformed or says something impossible.
     #[error("{}: {message}", path.display())]
     Invalid {
@@ -291,6 +302,12 @@ fn check(layout: &Layout) -> Result<(), String> {
                 ));
             }
         }
+        let total: u64 = g.devices.iter().map(|d| u64::from(d.count)).sum();
+        if total > u64::from(MAX_GPU_DEVICES) {
+            return Err(format!(
+                "{at}: the devices entries keep {total} devices made, above {MAX_GPU_DEVICES} (a GPU holds far fewer)"
+            ));
+        }
     }
     Ok(())
 }
@@ -344,6 +361,7 @@ gpu_instances = ["3g.71gb", "3g.71gb"]
             ("[[gpu]]\nmodel = \"m\"\nscheduler = { policy = \"equal-share\", timeslice_ms = 99 }\n", "scheduler"),
             ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 5000, owner = \"p\" }]\n", "above"),
             ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1, owner = \"\" }]\n", "owner"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1000, owner = \"p\" }, { type = \"x\", count = 1000, owner = \"q\" }]\n", "2000 devices made, above 1024"),
             ("[[gpu]]\nmodel = \"m\"\nmig = false\ngpu_instances = [\"1g.18gb\"]\n", "mig = true"),
             ("[[gpu]]\nmodel = \"m\"\nvfs = -1\n", ""),
         ] {

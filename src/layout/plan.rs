@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::gpu_control::{SchedulerPolicy, SchedulerSetting};
 
-use super::file::{GpuEntry, Layout};
+use super::file::{GpuEntry, Layout, LayoutError};
 
 /// What the plan needs to know of the host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -158,11 +158,32 @@ pub struct Step {
     pub refused: Option<String>,
 }
 
+/// Most rows one answer holds (planned steps, differences): more would not fit a D-Bus
+/// message, and the bus would drop vgpud.
+pub const MAX_ROWS: usize = 4096;
+
+/// Refuses an answer of more than [`MAX_ROWS`] rows.
+pub fn within_answer(rows: usize) -> Result<(), LayoutError> {
+    if rows > MAX_ROWS {
+        return Err(LayoutError::TooLarge {
+            rows,
+            max: MAX_ROWS,
+        });
+    }
+    Ok(())
+}
+
 /// A layout entry's selector that matched no GPU, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unmatched {
-    /// The selector (`address 0000:41:00.0`).
+    /// The selector (`address 0000:41:00.0`, `model H200`).
     pub selector: String,
+    /// How a difference names it: the address, or the selector of a model.
+    pub name: String,
+    /// Why nothing matched: for a model, the models the host has.
+    pub reason: String,
+    /// The host's side of the difference: `absent`, with the models for a model.
+    pub actual: String,
 }
 
 /// The steps, in order, and the selectors that matched nothing.
@@ -170,8 +191,57 @@ pub struct Unmatched {
 pub struct Plan {
     /// The steps.
     pub steps: Vec<Step>,
-    /// Address selectors that matched no GPU.
+    /// Selectors (an address, a model) that matched no GPU.
     pub unmatched: Vec<Unmatched>,
+}
+
+/// The layout's selectors that match no GPU of the host, in the layout's order.
+pub fn unmatched(layout: &Layout, host: &HostView) -> Vec<Unmatched> {
+    let mut out = Vec::new();
+    for e in &layout.gpus {
+        if let Some(a) = &e.address {
+            if !host.gpus.iter().any(|g| g.address.eq_ignore_ascii_case(a)) {
+                out.push(Unmatched {
+                    selector: format!("address {a}"),
+                    name: a.clone(),
+                    reason: "no GPU of the host matches".into(),
+                    actual: "absent".into(),
+                });
+            }
+        } else if let Some(m) = &e.model {
+            if !host.gpus.iter().any(|g| model_is(m, &g.model)) {
+                let models = models(host);
+                out.push(Unmatched {
+                    selector: format!("model {m}"),
+                    name: format!("model {m}"),
+                    reason: format!("no GPU of the host is of this model ({models})"),
+                    actual: format!("absent ({models})"),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether a layout's model names a GPU's (the whole name, in any case).
+fn model_is(wanted: &str, model: &str) -> bool {
+    wanted.to_lowercase() == model.to_lowercase()
+}
+
+/// The host's models in words: `the host's models: "H200 SXM 141GB", "L40S"`.
+fn models(host: &HostView) -> String {
+    let mut all: Vec<&str> = host.gpus.iter().map(|g| g.model.as_str()).collect();
+    all.sort_unstable();
+    all.dedup();
+    if all.is_empty() {
+        return "the host has no GPU".into();
+    }
+    let more = all.len().saturating_sub(8);
+    let mut words: Vec<String> = all.iter().take(8).map(|m| format!("{m:?}")).collect();
+    if more > 0 {
+        words.push(format!("and {more} more"));
+    }
+    format!("the host's models: {}", words.join(", "))
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -215,11 +285,10 @@ pub fn entries_by_gpu<'a>(layout: &'a Layout, host: &HostView) -> Vec<(&'a GpuEn
                 .is_some_and(|a| a.eq_ignore_ascii_case(&g.address))
         });
         let by_model = || {
-            layout.gpus.iter().find(|e| {
-                e.model
-                    .as_deref()
-                    .is_some_and(|m| m.to_lowercase() == g.model.to_lowercase())
-            })
+            layout
+                .gpus
+                .iter()
+                .find(|e| e.model.as_deref().is_some_and(|m| model_is(m, &g.model)))
         };
         if let Some(e) = by_address.or_else(by_model) {
             out.push((e, gi));
@@ -232,16 +301,10 @@ pub fn entries_by_gpu<'a>(layout: &'a Layout, host: &HostView) -> Vec<(&'a GpuEn
 pub fn plan(layout: &Layout, host: &HostView) -> Plan {
     let mut host = host.clone();
     host.gpus.sort_by(|a, b| a.address.cmp(&b.address));
-    let mut plan = Plan::default();
-    for e in &layout.gpus {
-        if let Some(a) = &e.address {
-            if !host.gpus.iter().any(|g| g.address.eq_ignore_ascii_case(a)) {
-                plan.unmatched.push(Unmatched {
-                    selector: format!("address {a}"),
-                });
-            }
-        }
-    }
+    let mut plan = Plan {
+        steps: Vec::new(),
+        unmatched: unmatched(layout, &host),
+    };
     for (entry, gi) in entries_by_gpu(layout, &host) {
         plan.steps.extend(plan_gpu(entry, &host.gpus[gi]));
     }
@@ -506,19 +569,15 @@ pub struct Difference {
 pub fn diff(layout: &Layout, host: &HostView) -> Vec<Difference> {
     let mut host = host.clone();
     host.gpus.sort_by(|a, b| a.address.cmp(&b.address));
-    let mut out = Vec::new();
-    for e in &layout.gpus {
-        if let Some(a) = &e.address {
-            if !host.gpus.iter().any(|g| g.address.eq_ignore_ascii_case(a)) {
-                out.push(Difference {
-                    gpu: a.clone(),
-                    item: "gpu".into(),
-                    wanted: "present".into(),
-                    actual: "absent".into(),
-                });
-            }
-        }
-    }
+    let mut out: Vec<Difference> = unmatched(layout, &host)
+        .into_iter()
+        .map(|u| Difference {
+            gpu: u.name,
+            actual: u.actual,
+            item: "gpu".into(),
+            wanted: "present".into(),
+        })
+        .collect();
     for (e, gi) in entries_by_gpu(layout, &host) {
         let g = &host.gpus[gi];
         let mut add = |item: &str, wanted: String, actual: String| {

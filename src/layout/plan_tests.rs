@@ -355,3 +355,52 @@ devices = [{ type = "L40S-4Q", count = 1, owner = "pool" }]
     );
     assert!(!p.steps[0].action.is_structural());
 }
+
+#[test]
+fn a_model_that_matches_no_gpu_is_unmatched_naming_the_host_models() {
+    let mut h = h200();
+    h.model = "H200 SXM 141GB".into();
+    let host = HostView {
+        gpus: vec![l40s("0000:41:00.0"), h.clone(), l40s("0000:81:00.0")],
+    };
+    let l =
+        layout("[[gpu]]\nmodel = \"H200\"\nvfs = 32\n[[gpu]]\nmodel = \"nvidia l40s\"\nvfs = 8\n");
+    let p = plan(&l, &host);
+    assert_eq!(names(&p.steps), ["set-vf-count 8", "set-vf-count 8"]);
+    assert_eq!(p.unmatched.len(), 1, "{:?}", p.unmatched);
+    let u = &p.unmatched[0];
+    assert_eq!(u.selector, "model H200");
+    assert_eq!(
+        u.reason,
+        r#"no GPU of the host is of this model (the host's models: "H200 SXM 141GB", "NVIDIA L40S")"#
+    );
+    let d = diff(&l, &host);
+    assert_eq!(
+        (d[0].gpu.as_str(), d[0].item.as_str(), d[0].wanted.as_str()),
+        ("model H200", "gpu", "present")
+    );
+    assert!(
+        d[0].actual.starts_with("absent (the host's models: "),
+        "{d:?}"
+    );
+    // The host's model, in another case, matches.
+    let l = layout("[[gpu]]\nmodel = \"h200 sxm 141gb\"\nvfs = 32\n");
+    assert!(plan(&l, &HostView { gpus: vec![h] }).unmatched.is_empty());
+}
+
+#[test]
+fn a_plan_longer_than_one_answer_is_refused() {
+    let host = HostView {
+        gpus: (0..5)
+            .map(|i| l40s(&format!("0000:{:02x}:00.0", 0x41 + i)))
+            .collect(),
+    };
+    let l = layout(
+        "[[gpu]]\nmodel = \"NVIDIA L40S\"\ndevices = [{ type = \"L40S-4Q\", count = 1024, owner = \"p\" }]\n",
+    );
+    let p = plan(&l, &host);
+    assert_eq!(p.steps.len(), 5 * 1024);
+    let e = super::plan::within_answer(p.steps.len()).expect_err("too long");
+    assert!(e.to_string().contains("5120 rows"), "{e}");
+    assert!(super::plan::within_answer(super::plan::MAX_ROWS).is_ok());
+}
