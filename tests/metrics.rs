@@ -318,6 +318,19 @@ fn victim(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
     path
 }
 
+/// Waits up to 20 s for `done`; fails saying `what`, with vgpud's log.
+async fn wait_for(s: &Setup, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}:\n{}",
+            s.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn assert_untouched(victim: &std::path::Path) {
     assert_eq!(
         std::fs::read_to_string(victim).expect("victim"),
@@ -342,19 +355,12 @@ async fn the_metrics_textfile_never_writes_through_a_link_planted_in_its_directo
     let prom_arg = prom.to_string_lossy().into_owned();
     let s = Setup::with_args(&["mtty"], &["--metrics-textfile", &prom_arg]).await;
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let written = loop {
-        let meta = std::fs::symlink_metadata(&prom).expect("textfile");
-        if meta.is_file() || std::fs::read_to_string(&by_tmp).is_ok_and(|t| t.contains("vgpud_")) {
-            break meta;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no textfile written:\n{}",
-            s.daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    wait_for(&s, "no textfile written", || {
+        std::fs::symlink_metadata(&prom).is_ok_and(|m| m.is_file())
+            || std::fs::read_to_string(&by_tmp).is_ok_and(|t| t.contains("vgpud_"))
+    })
+    .await;
+    let written = std::fs::symlink_metadata(&prom).expect("textfile");
     assert_untouched(&by_tmp);
     assert_untouched(&by_name);
     assert!(written.is_file(), "{prom:?} is still a link");
@@ -403,17 +409,10 @@ async fn with_textfile_in(dir: &std::path::Path) -> Setup {
         daemon,
         conn,
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !s.daemon.log_text().contains("metrics textfile")
-        && std::fs::symlink_metadata(&prom).is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "neither a textfile nor a word about it:\n{}",
-            s.daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(&s, "neither a textfile nor a word about it", || {
+        s.daemon.log_text().contains("metrics textfile") || std::fs::symlink_metadata(&prom).is_ok()
+    })
+    .await;
     s
 }
 
@@ -444,15 +443,10 @@ async fn a_textfile_directory_another_user_can_write_is_refused_and_the_listener
     assert_eq!(log.matches("refusing").count(), 1, "{log}");
     // Once the directory is fixed, the textfile is written again.
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).expect("0755");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !open.path().join("vgpud.prom").is_file() {
-        assert!(
-            Instant::now() < deadline,
-            "no textfile once the directory is 0755:\n{}",
-            s.daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(&s, "no textfile once the directory is 0755", || {
+        open.path().join("vgpud.prom").is_file()
+    })
+    .await;
     assert_untouched(&by_tmp);
 }
 
