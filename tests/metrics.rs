@@ -308,3 +308,199 @@ async fn the_metrics_listener_serves_only_this_host() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
 }
+
+/// A victim file outside the textfile's directory: root's, 0600, with known content.
+fn victim(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, "root's own file, not metrics\n").expect("victim");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("mode");
+    path
+}
+
+/// Waits up to 20 s for `done`; fails saying `what`, with vgpud's log.
+async fn wait_for(s: &Setup, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}:\n{}",
+            s.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn assert_untouched(victim: &std::path::Path) {
+    assert_eq!(
+        std::fs::read_to_string(victim).expect("victim"),
+        "root's own file, not metrics\n",
+        "vgpud wrote through a link into {}",
+        victim.display()
+    );
+}
+
+#[tokio::test]
+async fn the_metrics_textfile_never_writes_through_a_link_planted_in_its_directory() {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let textfile = tempfile::tempdir().expect("tempdir");
+    let by_tmp = victim(outside.path(), "by-temporary-name");
+    let by_name = victim(outside.path(), "by-textfile-name");
+    // Whoever can write the directory plants links at the names vgpud uses (the temporary
+    // name main used, and the textfile's own name).
+    std::os::unix::fs::symlink(&by_tmp, textfile.path().join(".vgpud.prom.vgpud-tmp"))
+        .expect("link");
+    let prom = textfile.path().join("vgpud.prom");
+    std::os::unix::fs::symlink(&by_name, &prom).expect("link");
+    let prom_arg = prom.to_string_lossy().into_owned();
+    let s = Setup::with_args(&["mtty"], &["--metrics-textfile", &prom_arg]).await;
+
+    wait_for(&s, "no textfile written", || {
+        std::fs::symlink_metadata(&prom).is_ok_and(|m| m.is_file())
+            || std::fs::read_to_string(&by_tmp).is_ok_and(|t| t.contains("vgpud_"))
+    })
+    .await;
+    let written = std::fs::symlink_metadata(&prom).expect("textfile");
+    assert_untouched(&by_tmp);
+    assert_untouched(&by_name);
+    assert!(written.is_file(), "{prom:?} is still a link");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        written.permissions().mode() & 0o7777,
+        0o644,
+        "node_exporter (another user) reads the textfile"
+    );
+    let text = std::fs::read_to_string(&prom).expect("textfile");
+    assert!(text.contains("vgpud_available_instances"), "{text}");
+}
+
+/// Plants a link to a victim (in `outside`) at the temporary name main used in `dir`.
+fn plant(dir: &std::path::Path, outside: &std::path::Path) -> std::path::PathBuf {
+    let by_tmp = victim(outside, "victim");
+    std::os::unix::fs::symlink(&by_tmp, dir.join(".vgpud.prom.vgpud-tmp")).expect("link");
+    by_tmp
+}
+
+/// Starts vgpud with its textfile in `dir`, written every second, and its listener on;
+/// returns once it wrote the textfile or said something about it.
+async fn with_textfile_in(dir: &std::path::Path) -> Setup {
+    use common::daemon::{Daemon, Policy, TestBus, TestHost};
+    let prom = dir.join("vgpud.prom");
+    let prom_arg = prom.to_string_lossy().into_owned();
+    let host = TestHost::new(&["mtty"]);
+    std::fs::create_dir_all(host.path("etc/vgpud")).expect("etc");
+    std::fs::write(
+        host.path("etc/vgpud/vgpud.toml"),
+        "[metrics]\ntextfile_interval_s = 1\n",
+    )
+    .expect("vgpud.toml");
+    let bus = TestBus::start(Policy::Open);
+    let args = [
+        "--metrics-textfile",
+        &prom_arg,
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    let daemon = Daemon::start_args(&bus, &host, &args).await;
+    let conn = bus.connect().await;
+    let s = Setup {
+        bus,
+        host,
+        daemon,
+        conn,
+    };
+    wait_for(&s, "neither a textfile nor a word about it", || {
+        s.daemon.log_text().contains("metrics textfile") || std::fs::symlink_metadata(&prom).is_ok()
+    })
+    .await;
+    s
+}
+
+#[tokio::test]
+async fn a_textfile_directory_another_user_can_write_is_refused_and_the_listener_still_serves() {
+    use std::os::unix::fs::PermissionsExt;
+    let outside = tempfile::tempdir().expect("tempdir");
+    let open = tempfile::tempdir().expect("tempdir");
+    let by_tmp = plant(open.path(), outside.path());
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).expect("0777");
+    let s = with_textfile_in(open.path()).await;
+    assert_untouched(&by_tmp);
+    assert!(
+        !open.path().join("vgpud.prom").exists(),
+        "a textfile in a 0777 directory"
+    );
+    let (status, body) = http(&listener(&s), b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.contains("vgpud_available_instances"), "{body}");
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("refusing") && log.contains("writable by group or others"),
+        "{log}"
+    );
+    // Said once, not at every interval (one a second here).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = s.daemon.log_text();
+    assert_eq!(log.matches("refusing").count(), 1, "{log}");
+    // Once the directory is fixed, the textfile is written again.
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).expect("0755");
+    wait_for(&s, "no textfile once the directory is 0755", || {
+        open.path().join("vgpud.prom").is_file()
+    })
+    .await;
+    assert_untouched(&by_tmp);
+}
+
+#[tokio::test]
+async fn a_textfile_directory_of_another_owner_is_refused() {
+    let test = "a_textfile_directory_of_another_owner_is_refused";
+    if !common::skip::require_root(test, "hands the directory to nobody (uid 65534)") {
+        return;
+    }
+    let outside = tempfile::tempdir().expect("tempdir");
+    let theirs = tempfile::tempdir().expect("tempdir");
+    let by_tmp = plant(theirs.path(), outside.path());
+    std::os::unix::fs::chown(theirs.path(), Some(65534), Some(65534)).expect("chown");
+    let s = with_textfile_in(theirs.path()).await;
+    assert_untouched(&by_tmp);
+    assert!(
+        !theirs.path().join("vgpud.prom").exists(),
+        "a textfile in nobody's directory"
+    );
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("refusing") && log.contains("owned by uid 65534"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_do_not_starve_a_scrape() {
+    let s = Setup::with_args(&["mtty"], &["--metrics-listen", "127.0.0.1:0"]).await;
+    let addr = listener(&s);
+    // 300 connections that never finish a request: half send nothing, half half a line.
+    let mut idle = Vec::new();
+    for i in 0..300 {
+        let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+        if i % 2 == 1 {
+            c.write_all(b"GET /metr").expect("half a line");
+        }
+        idle.push(c);
+    }
+    let started = Instant::now();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
+    let mut answer = String::new();
+    let read = stream.read_to_string(&mut answer);
+    let took = started.elapsed();
+    assert!(
+        read.is_ok() && answer.starts_with("HTTP/1.1 200 OK") && answer.contains("vgpud_available_instances"),
+        "no answer to a scrape within 5 s behind 300 idle connections ({took:?}, {read:?}): {answer:?}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    drop(idle);
+}

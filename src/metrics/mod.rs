@@ -2,10 +2,12 @@
 //! name with their latency, the engine's queue during storms and the changes the core's
 //! event stream reports are counted as they happen; devices by kind, type, GPU and state,
 //! available capacity, and GPU and vGPU telemetry (where NVML gives it) are read from the
-//! core at each scrape. Served in the Prometheus text format (0.0.4) on a localhost HTTP
-//! listener (`GET /metrics`) and/or written to a node_exporter textfile.
+//! core and the host, again after the core's events and at most once a second. Served in
+//! the Prometheus text format (0.0.4) on a localhost HTTP listener (`GET /metrics`) and/or
+//! written to a node_exporter textfile.
 
 pub mod export;
+pub mod safe_write;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -117,9 +119,9 @@ pub fn spawn_event_counter(engine: &Engine) -> tokio::task::JoinHandle<()> {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
-/// Every metric now, in the Prometheus text format (0.0.4). Reads the host (types, NVML):
-/// call it off the async runtime.
-pub fn render(engine: &Engine) -> String {
+/// What is counted as it happens (calls, the engine queue, changes), in the Prometheus text
+/// format (0.0.4): in memory, cheap at every scrape.
+pub fn render_counters() -> String {
     let c = counters();
     let mut r = Registry::with_prefix("vgpud");
     r.register(
@@ -147,7 +149,14 @@ pub fn render(engine: &Engine) -> String {
         "Changes the core reported, by event (device-added, device-removed, device-drift, ...)",
         c.changes.clone(),
     );
+    encode(&r)
+}
 
+/// What is read from the core and the host (devices, capacity, telemetry), in the Prometheus
+/// text format (0.0.4), to follow [`render_counters`]. Reads the host (types, NVML): call it
+/// off the async runtime.
+pub fn render_host(engine: &Engine) -> String {
+    let mut r = Registry::with_prefix("vgpud");
     let all_devices = engine.list_devices();
     let devices: Family<Labels, Gauge> = Family::default();
     for d in &all_devices {
@@ -211,9 +220,12 @@ pub fn render(engine: &Engine) -> String {
         }
     }
     vgpus.register(&mut r, "vgpu", "A vGPU's");
+    encode(&r)
+}
 
+fn encode(r: &Registry) -> String {
     let mut out = String::new();
-    if let Err(e) = prometheus_text::encode(&mut out, &r) {
+    if let Err(e) = prometheus_text::encode(&mut out, r) {
         tracing::warn!("encoding the metrics: {e}");
     }
     out
