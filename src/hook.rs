@@ -198,12 +198,18 @@ async fn prepare(
     let mut left = Vec::new();
     for uuid in done.created.iter().rev() {
         if let Err(e) = manager.remove_device(uuid, HashMap::new()).await {
-            left.push(format!("{uuid} (not removed: {})", device_error(domain, uuid, e)));
+            left.push(format!(
+                "{uuid} (not removed: {})",
+                device_error(domain, uuid, e)
+            ));
         }
     }
     for uuid in done.started.iter().rev() {
         if let Err(e) = manager.stop_device(uuid, HashMap::new()).await {
-            left.push(format!("{uuid} (not stopped: {})", device_error(domain, uuid, e)));
+            left.push(format!(
+                "{uuid} (not stopped: {})",
+                device_error(domain, uuid, e)
+            ));
         }
     }
     if left.is_empty() {

@@ -340,7 +340,9 @@ fn domain_with_hostdevs(name: &str, n: u32) -> (String, Vec<String>) {
     let meta: String = uuids
         .iter()
         .map(|u| {
-            format!("<vgpud:device uuid='{u}' kind='mdev' type='nvidia-256' parent='0000:3b:00.0'/>")
+            format!(
+                "<vgpud:device uuid='{u}' kind='mdev' type='nvidia-256' parent='0000:3b:00.0'/>"
+            )
         })
         .collect();
     let hostdevs: String = uuids
@@ -405,7 +407,9 @@ async fn a_failed_prepare_removes_what_it_made() {
     );
     assert_eq!(after, before, "what was there before is untouched");
     assert!(after.contains_key(&other) && after.contains_key(&uuids[0]));
-    assert!(host.path(&format!("sys/bus/mdev/devices/{}", uuids[0])).exists());
+    assert!(host
+        .path(&format!("sys/bus/mdev/devices/{}", uuids[0]))
+        .exists());
     for u in &uuids[1..] {
         assert!(!host.path(&format!("sys/bus/mdev/devices/{u}")).exists());
     }
