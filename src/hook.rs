@@ -3,7 +3,9 @@
 //! XML on stdin. On `prepare begin` the hook makes sure every mdev hostdev of the domain
 //! exists, asking vgpud over the system bus to start it (if defined) or create it (with the
 //! uuid, type and parent from vgpud's metadata in the domain, or on any GPU with room); on
-//! `release end` it removes the transient devices it made for the domain. It never calls
+//! `release end` it removes the transient devices it made for the domain. A prepare that
+//! fails takes back what it did (removes the devices it created, stops those it started) at
+//! once, rather than holding a GPU's room until a `release end`. It never calls
 //! libvirt (a hook that does deadlocks libvirtd), prints nothing on stdout, and on failure
 //! exits non-zero with a message on stderr, which stops the domain from starting.
 
@@ -48,6 +50,14 @@ pub enum HookError {
         uuid: String,
         /// Why.
         reason: String,
+    },
+    /// A prepare failed, and some of what it made could not be taken back.
+    #[error("{error}; and what this prepare made could not all be taken back: {left}")]
+    Undo {
+        /// Why the prepare failed.
+        error: Box<HookError>,
+        /// The devices left, and why.
+        left: String,
     },
 }
 
@@ -163,19 +173,71 @@ fn device_error(domain: &str, uuid: &str, e: zbus::Error) -> HookError {
     }
 }
 
+/// What a `prepare begin` did so far, so that a prepare that fails can take it back.
+#[derive(Debug, Default)]
+struct Provided {
+    /// Devices it created.
+    created: Vec<String>,
+    /// Defined devices it started.
+    started: Vec<String>,
+}
+
+/// Provides every mdev of the domain; when one cannot be provided, takes back what this
+/// prepare created or started (libvirt does not start the domain), and fails with the
+/// first error.
 async fn prepare(
     domain: &str,
     summary: &xml::DomainSummary,
     known: &HashMap<String, Known>,
     manager: &ManagerProxy<'_>,
 ) -> Result<(), HookError> {
+    let mut done = Provided::default();
+    let Err(error) = provide(domain, summary, known, manager, &mut done).await else {
+        return Ok(());
+    };
+    let mut left = Vec::new();
+    for uuid in done.created.iter().rev() {
+        if let Err(e) = manager.remove_device(uuid, HashMap::new()).await {
+            left.push(format!(
+                "{uuid} (not removed: {})",
+                device_error(domain, uuid, e)
+            ));
+        }
+    }
+    for uuid in done.started.iter().rev() {
+        if let Err(e) = manager.stop_device(uuid, HashMap::new()).await {
+            left.push(format!(
+                "{uuid} (not stopped: {})",
+                device_error(domain, uuid, e)
+            ));
+        }
+    }
+    if left.is_empty() {
+        return Err(error);
+    }
+    Err(HookError::Undo {
+        error: Box::new(error),
+        left: left.join("; "),
+    })
+}
+
+async fn provide(
+    domain: &str,
+    summary: &xml::DomainSummary,
+    known: &HashMap<String, Known>,
+    manager: &ManagerProxy<'_>,
+    done: &mut Provided,
+) -> Result<(), HookError> {
     for uuid in &summary.mdev_hostdevs {
         match known.get(uuid) {
             Some(k) if k.active => continue,
-            Some(_) => manager
-                .start_device(uuid, HashMap::new())
-                .await
-                .map_err(|e| device_error(domain, uuid, e))?,
+            Some(_) => {
+                manager
+                    .start_device(uuid, HashMap::new())
+                    .await
+                    .map_err(|e| device_error(domain, uuid, e))?;
+                done.started.push(uuid.clone());
+            }
             None => {
                 let meta = summary
                     .devices
@@ -210,6 +272,7 @@ async fn prepare(
                         .await
                         .map_err(|e| device_error(domain, uuid, e))?;
                 }
+                done.created.push(uuid.clone());
             }
         }
     }

@@ -12,7 +12,9 @@ use common::proxy::{error_message, error_name, opts, ManagerProxy};
 use vgpud::engine::{CreateRequest, Engine};
 use vgpud::host::Host;
 use vgpud::libvirt::testing::FakeLibvirt;
-use vgpud::libvirt::{attach, detach, AttachError, AttachOptions, DomainState, LibvirtError};
+use vgpud::libvirt::{
+    attach, detach, AttachError, AttachOptions, DomainState, LibvirtError, VirtConnection,
+};
 
 const RUNNING: DomainState = DomainState {
     active: true,
@@ -64,7 +66,9 @@ fn a_passthrough_device_goes_in_function_by_function_and_out_in_reverse() {
             ..Default::default()
         })
         .expect("passthrough");
-    let libvirt = FakeLibvirt::default().with_domain("vdi-1", RUNNING);
+    let libvirt = FakeLibvirt::default()
+        .with_domain("vdi-1", RUNNING)
+        .with_domain("vdi-2", RUNNING);
     attach(
         &engine,
         &libvirt,
@@ -73,6 +77,19 @@ fn a_passthrough_device_goes_in_function_by_function_and_out_in_reverse() {
         AttachOptions::default(),
     )
     .expect("attach");
+    // vdi-1 holds its functions: vdi-2 does not get them.
+    let err = attach(
+        &engine,
+        &libvirt,
+        &dev.uuid,
+        "vdi-2",
+        AttachOptions::default(),
+    )
+    .expect_err("held by vdi-1");
+    assert!(
+        matches!(err, AttachError::OwnedByOther { ref owner, .. } if owner == "vdi-1"),
+        "{err}"
+    );
     detach(
         &engine,
         &libvirt,
@@ -141,6 +158,148 @@ fn a_device_of_another_domain_is_refused_and_nothing_is_sent() {
     assert_eq!(libvirt.calls()[1].op, "detach");
     common::libvirt::assert_valid_hostdev(&libvirt.calls()[1].xml);
     attach(&engine, &libvirt, &uuid, "b", AttachOptions::default()).expect("free again");
+}
+
+fn device_owned_by(engine: &Engine, owner: &str) -> String {
+    engine
+        .create_device(&CreateRequest {
+            type_query: "mtty-1".into(),
+            owner: owner.into(),
+            ..Default::default()
+        })
+        .expect("device")
+        .uuid
+}
+
+/// Issue #22 item 5: the owner tag is a tag, not an attachment. Which domain holds a device
+/// is libvirt's to say.
+#[test]
+fn an_owner_tag_is_no_attachment_and_a_pools_device_goes_to_its_guest() {
+    let (_h, engine, _) = engine();
+    let libvirt = FakeLibvirt::default()
+        .with_domain("win10-vm", RUNNING)
+        .with_domain("vdi-1", RUNNING)
+        .with_domain("vdi-2", RUNNING);
+
+    // The README's sequence: created for a domain, then attached to it.
+    let tagged = device_owned_by(&engine, "win10-vm");
+    let dev = attach(
+        &engine,
+        &libvirt,
+        &tagged,
+        "win10-vm",
+        AttachOptions::default(),
+    )
+    .expect("attach to the domain of the owner tag");
+    assert_eq!(dev.owner, "win10-vm");
+
+    // A layout pool's device is handed to a guest: its owner moves to the guest.
+    let pooled = device_owned_by(&engine, "pool-day");
+    let dev = attach(
+        &engine,
+        &libvirt,
+        &pooled,
+        "vdi-1",
+        AttachOptions::default(),
+    )
+    .expect("a pool's device attaches to a guest");
+    assert_eq!(dev.owner, "vdi-1");
+    assert_eq!(engine.device(&pooled).expect("known").owner, "vdi-1");
+
+    // Attached to vdi-1, it is never taken away by another domain, whatever its tag says.
+    engine
+        .set_owner(&pooled, "pool-day")
+        .expect("tag changed back");
+    let sent = libvirt.calls().len();
+    let err = attach(
+        &engine,
+        &libvirt,
+        &pooled,
+        "vdi-2",
+        AttachOptions::default(),
+    )
+    .expect_err("held by vdi-1");
+    match &err {
+        AttachError::OwnedByOther { owner, .. } => assert_eq!(owner, "vdi-1", "{err}"),
+        other => panic!("expected OwnedByOther, got {other}"),
+    }
+    let err = detach(
+        &engine,
+        &libvirt,
+        &pooled,
+        "vdi-2",
+        AttachOptions::default(),
+    )
+    .expect_err("not vdi-2's");
+    assert!(matches!(err, AttachError::OwnedByOther { .. }), "{err}");
+    assert_eq!(libvirt.calls().len(), sent, "nothing sent to libvirt");
+
+    // Detached, it is free; then it goes to vdi-2.
+    let dev = detach(
+        &engine,
+        &libvirt,
+        &pooled,
+        "vdi-1",
+        AttachOptions::default(),
+    )
+    .expect("detach");
+    assert_eq!(dev.owner, "");
+    let dev = attach(
+        &engine,
+        &libvirt,
+        &pooled,
+        "vdi-2",
+        AttachOptions::default(),
+    )
+    .expect("free again");
+    assert_eq!(dev.owner, "vdi-2");
+}
+
+/// The same through libvirt itself (its test driver, with a node file that holds a domain
+/// with the device as a hostdev): vgpud asks libvirt which domain holds a device.
+#[test]
+fn libvirt_says_which_domain_holds_a_device() {
+    let (h, engine, _) = engine();
+    let held = device_owned_by(&engine, "pool-day");
+    let free = device_owned_by(&engine, "holder");
+    let node = h.path("libvirt-test-node.xml");
+    let domain = |name: &str, n: u32, hostdev: &str| {
+        format!(
+            "<domain type='test'><name>{name}</name>\
+             <uuid>6f1a9c2e-8b3d-4e5f-a061-00000000000{n}</uuid>\
+             <memory>1048576</memory><vcpu>1</vcpu><os><type>hvm</type></os>\
+             <devices>{hostdev}</devices></domain>"
+        )
+    };
+    let hostdev = format!(
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>\
+         <source><address uuid='{held}'/></source></hostdev>"
+    );
+    std::fs::write(
+        &node,
+        format!(
+            "<node>{}{}</node>",
+            domain("holder", 1, &hostdev),
+            domain("other", 2, "")
+        ),
+    )
+    .expect("node file");
+    let libvirt = VirtConnection::new(&format!("test://{}", node.display()));
+    let err = attach(&engine, &libvirt, &held, "other", AttachOptions::default())
+        .expect_err("held by domain holder");
+    match &err {
+        AttachError::OwnedByOther { owner, .. } => assert_eq!(owner, "holder", "{err}"),
+        other => panic!("expected OwnedByOther, got {other}"),
+    }
+    assert_eq!(engine.device(&held).expect("known").owner, "pool-day");
+    // A device tagged "holder" that no domain holds goes on to libvirt's attach (which the
+    // test driver does not support): the tag is no attachment.
+    let err = attach(&engine, &libvirt, &free, "other", AttachOptions::default())
+        .expect_err("the test driver cannot attach");
+    assert!(
+        matches!(err, AttachError::Libvirt(LibvirtError::Refused { .. })),
+        "{err}"
+    );
 }
 
 #[test]

@@ -330,3 +330,87 @@ async fn user_templates_in_etc_vgpud_templates_are_used_by_name() {
         .expect_err("unknown template");
     assert_eq!(common::proxy::error_name(&err), "org.vgpud1.Error.NotFound");
 }
+
+/// A domain with `n` RTX6000-1Q hostdevs (metadata naming the first GPU), the UUIDs
+/// `9e9e9e9e-0000-4000-8000-00000000NNNN`.
+fn domain_with_hostdevs(name: &str, n: u32) -> (String, Vec<String>) {
+    let uuids: Vec<String> = (1..=n)
+        .map(|i| format!("9e9e9e9e-0000-4000-8000-{i:012}"))
+        .collect();
+    let meta: String = uuids
+        .iter()
+        .map(|u| {
+            format!(
+                "<vgpud:device uuid='{u}' kind='mdev' type='nvidia-256' parent='0000:3b:00.0'/>"
+            )
+        })
+        .collect();
+    let hostdevs: String = uuids
+        .iter()
+        .map(|u| {
+            format!(
+                "<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci'>\
+                 <source><address uuid='{u}'/></source></hostdev>"
+            )
+        })
+        .collect();
+    let xml = format!(
+        "<domain type='kvm'><name>{name}</name><metadata>\
+         <vgpud:devices xmlns:vgpud=\"http://vgpud.org/xmlns/domain/1\">{meta}</vgpud:devices>\
+         </metadata><devices>{hostdevs}</devices></domain>"
+    );
+    (xml, uuids)
+}
+
+/// Issue #22 item 7: a prepare that fails takes back the devices it made; what existed
+/// before (another guest's device, a device of this domain that was there) is untouched.
+#[tokio::test]
+async fn a_failed_prepare_removes_what_it_made() {
+    let host = TestHost::new(&["nvidia-turing"]);
+    let bus = TestBus::start(Policy::Open);
+    let _d = Daemon::start(&bus, &host).await;
+    let conn = bus.connect().await;
+    let m = ManagerProxy::new(&conn).await.expect("manager");
+    // 60 hostdevs of 1Q; the two GPUs take 48 in all.
+    let (xml, uuids) = domain_with_hostdevs("vdi-big", 60);
+    let (other, _) = m
+        .create_device("RTX6000-1Q", opts(&[("owner", "someone-else")]))
+        .await
+        .expect("another guest's device");
+    let mut o = opts(&[("uuid", uuids[0].as_str()), ("owner", "vdi-big")]);
+    o.extend(bool_opts(&[("persistent", false)]));
+    m.create_device("RTX6000-1Q", o)
+        .await
+        .expect("one of the domain's devices, there before the hook");
+    // And one defined and stopped: the hook starts it, and stops it again when it fails.
+    let mut o = opts(&[("uuid", uuids[1].as_str()), ("owner", "vdi-big")]);
+    o.extend(bool_opts(&[("autostart", false)]));
+    m.create_device("RTX6000-1Q", o).await.expect("defined");
+    m.stop_device(&uuids[1], HashMap::new())
+        .await
+        .expect("stopped");
+    let before = listed(&m).await;
+    assert_eq!(before.len(), 3);
+
+    let (out, ms) = hook(&bus, &["vdi-big", "prepare", "begin", "-"], &xml);
+    eprintln!("libvirt-hook prepare begin that fails (45 made, then taken back): {ms:.1} ms");
+    assert!(!out.status.success(), "48 1Q cannot hold 60");
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NoCapacity"), "{err}");
+    let after = listed(&m).await;
+    let left: Vec<&String> = after.keys().filter(|u| !before.contains_key(*u)).collect();
+    assert!(
+        left.is_empty(),
+        "{} devices the failed prepare made are left: {left:?}",
+        left.len()
+    );
+    assert_eq!(after, before, "what was there before is untouched");
+    assert!(after.contains_key(&other) && after.contains_key(&uuids[0]));
+    assert!(host
+        .path(&format!("sys/bus/mdev/devices/{}", uuids[0]))
+        .exists());
+    for u in &uuids[1..] {
+        assert!(!host.path(&format!("sys/bus/mdev/devices/{u}")).exists());
+    }
+}

@@ -676,3 +676,80 @@ async fn an_ampere_mig_mode_waits_for_a_reset_and_applies_after_a_reboot() {
         .await
         .expect("a 1g instance on the A100");
 }
+
+/// Issue #22 item 6: enabling the VFs of an NVIDIA GPU (`sriov-manage -e`) wipes its GPU
+/// instances, so `SetVfCount` refuses with Busy naming them; with `force` it goes on, and the
+/// loss is told as SetVfCount's doing, never as another tool's.
+#[tokio::test]
+async fn set_vf_count_refuses_to_wipe_gpu_instances_unless_forced() {
+    let s = h200().await;
+    let m = s.manager().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    let id = n
+        .create_gpu_instance(&pf, "3g.71gb", placement(0))
+        .await
+        .expect("3g at 0");
+    let mut drift = m.receive_gpu_drift().await.expect("subscribe");
+
+    // demo/run's sequence: refused, naming the instance; nothing changed.
+    let e = m
+        .set_vf_count(&pf, 32, opts(&[]))
+        .await
+        .expect_err("enabling VFs would wipe the GPU instance");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    let msg = error_message(&e);
+    assert!(
+        msg.contains(&format!("GPU instance {id}")) && msg.contains("3g.71gb"),
+        "{msg}"
+    );
+    assert!(msg.contains("force"), "says how to go on: {msg}");
+    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 1);
+    let e = s
+        .busctl_manager("SetVfCount", &["sua{sv}", &pf, "32", "0"])
+        .expect_err("busctl, as demo/run calls it");
+    assert!(e.contains("3g.71gb"), "{e}");
+    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 1);
+
+    // With force: done, the instance is gone, and it is SetVfCount's doing.
+    let now = m
+        .set_vf_count(&pf, 32, bool_opts(&[("force", true)]))
+        .await
+        .expect("forced");
+    assert_eq!(now, 32);
+    assert!(gpu.gpu_instances().await.expect("GpuInstances").is_empty());
+    // Later looks at the host find no drift.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    m.list_devices().await.expect("ListDevices");
+    let uuid = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("a MIG-backed vGPU after");
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    if let Ok(Some(signal)) = tokio::time::timeout(Duration::from_millis(500), drift.next()).await {
+        panic!(
+            "vgpud's own SetVfCount reported as drift: {:?}",
+            signal.args().map(|a| a.detail.to_string())
+        );
+    }
+    let log = s.daemon.log_text();
+    assert!(
+        !log.contains("destroyed by another tool"),
+        "vgpud's own step blamed on another tool:\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "GPU instance {id} (3g.71gb at placement 0) of {pf} destroyed by SetVfCount"
+        )),
+        "the log says what SetVfCount destroyed:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("gpu-changed {pf} by SetVfCount")),
+        "the audit names SetVfCount:\n{log}"
+    );
+    assert!(
+        !log.contains(&format!("gpu-drift {pf} by")),
+        "no drift in the audit:\n{log}"
+    );
+}

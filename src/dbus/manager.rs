@@ -683,7 +683,8 @@ impl Manager {
         .await
     }
 
-    /// Enables count SR-IOV VFs (0 disables); returns how many are on. Option: persistent.
+    /// Enables count SR-IOV VFs (0 disables); returns how many are on. Options: persistent;
+    /// force (enable the VFs of an NVIDIA GPU also when that destroys its GPU instances).
     #[zbus(out_args("num_vfs"))]
     async fn set_vf_count(
         &self,
@@ -703,10 +704,11 @@ impl Manager {
                 .await?;
             let mut opts = OptionReader::new("SetVfCount", options);
             let persistent = opts.boolean("persistent")?.unwrap_or(true);
-            opts.finish(VF_COUNT_OPTIONS)?;
+            let force = opts.boolean("force")?.unwrap_or(false);
+            opts.finish(&["persistent", "force"])?;
             let engine = self.engine.clone();
             self.changing(cause, &gpu.clone(), move || {
-                engine.set_vf_count(&gpu, count, persistent)
+                engine.set_vf_count_with(&gpu, count, persistent, force)
             })
             .await
         })

@@ -123,17 +123,26 @@ thread_local! {
     static BATCH: RefCell<Option<Vec<Record>>> = const { RefCell::new(None) };
 }
 
+/// Puts back, when dropped, the cause a thread had before.
+struct RestoreCause(Option<Arc<Cause>>);
+
+impl Drop for RestoreCause {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CAUSE.with(|c| *c.borrow_mut() = previous);
+    }
+}
+
 /// Runs `f` (engine work, on this thread) with `cause` attached to every event it sends.
 pub fn with_cause<T>(cause: Cause, f: impl FnOnce() -> T) -> T {
-    struct Reset(Option<Arc<Cause>>);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            let previous = self.0.take();
-            CAUSE.with(|c| *c.borrow_mut() = previous);
-        }
-    }
-    let previous = CAUSE.with(|c| c.borrow_mut().replace(Arc::new(cause)));
-    let _reset = Reset(previous);
+    let _reset = RestoreCause(CAUSE.with(|c| c.borrow_mut().replace(Arc::new(cause))));
+    f()
+}
+
+/// Runs `f` with no cause attached to the events it sends: what a look at the host finds
+/// (drift) is nobody's call, even when the look is made during one.
+pub fn without_cause<T>(f: impl FnOnce() -> T) -> T {
+    let _reset = RestoreCause(CAUSE.with(|c| c.borrow_mut().take()));
     f()
 }
 
@@ -387,6 +396,24 @@ mod tests {
         let got = sub.drain();
         assert_eq!(got[0].cause.as_deref(), Some(&cause));
         assert_eq!(got[1].cause, None, "the cause ends with the call");
+    }
+
+    #[test]
+    fn what_a_look_finds_during_a_call_is_not_the_calls() {
+        let bus = EventBus::default();
+        let sub = bus.subscribe(|| {});
+        let cause = Cause {
+            method: "CreateDevice".into(),
+            ..Default::default()
+        };
+        let gone = |a: &str| Event::GpuRemoved { address: a.into() };
+        with_cause(cause.clone(), || {
+            without_cause(|| bus.send(gone("drift")));
+            bus.send(gone("made"));
+        });
+        let got = sub.drain();
+        assert_eq!(got[0].cause, None, "drift found during the call");
+        assert_eq!(got[1].cause.as_deref(), Some(&cause), "the cause is back");
     }
 
     #[test]

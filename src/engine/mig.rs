@@ -207,7 +207,8 @@ impl Engine {
     }
 
     /// Reads NVML's view of `pf` again and publishes what changed. With `external`, GPU
-    /// instances that appeared or vanished are drift (vgpud did not do it); vgpud's own
+    /// instances that appeared or vanished are drift (vgpud did not do it), and what is found
+    /// is nobody's call (no cause, also when the look is made during a call); vgpud's own
     /// operations call this with `false` under the GPU's lock.
     pub(super) fn refresh_nvidia(&self, pf: &str, external: bool) {
         let state = self.read_nvidia_state(pf);
@@ -232,7 +233,11 @@ impl Engine {
             events.push(Event::CapacityChanged {
                 gpu: pf.to_string(),
             });
-            self.events.send_all(events);
+            if external {
+                super::events::without_cause(|| self.events.send_all(events));
+            } else {
+                self.events.send_all(events);
+            }
         }
         // A mode set by another tool is seen (NVML says what the driver is in).
         if let Some(h) = state.and_then(|s| s.heterogeneous) {
@@ -494,7 +499,29 @@ impl Engine {
         self.forget_instance(gpu, placement)
     }
 
-    fn forget_instance(&self, gpu: &str, placement: Placement) -> EngineResult<()> {
+    /// The GPU instances of `gpu` as NVML lists them now, each with its profile's name;
+    /// none when MIG is off or NVML cannot say.
+    pub(super) fn named_instances(&self, gpu: &str) -> Vec<(GpuInstance, String)> {
+        let c = &*self.control;
+        if !c.mig_mode(gpu).is_ok_and(|m| m.current) {
+            return Vec::new();
+        }
+        let profiles = c.mig_profiles(gpu).unwrap_or_default();
+        c.gpu_instances(gpu)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| {
+                let name = profiles
+                    .iter()
+                    .find(|p| p.id == i.profile_id)
+                    .map(profile_name)
+                    .unwrap_or_else(|| format!("profile {}", i.profile_id));
+                (i, name)
+            })
+            .collect()
+    }
+
+    pub(super) fn forget_instance(&self, gpu: &str, placement: Placement) -> EngineResult<()> {
         let mut settings = self.settings(gpu)?;
         let before = settings.gpu_instances.len();
         settings
@@ -752,6 +779,14 @@ pub(super) fn mig_room_in(
         0
     };
     Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
+}
+
+/// `GPU instance 3 (3g.71gb at placement 4)`.
+pub(super) fn describe_instance(i: &GpuInstance, profile: &str) -> String {
+    format!(
+        "GPU instance {} ({profile} at placement {})",
+        i.id, i.placement.start
+    )
 }
 
 fn on_off(b: bool) -> &'static str {

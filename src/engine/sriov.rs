@@ -12,11 +12,25 @@ use crate::plan::{self, VfMethod};
 impl Engine {
     /// Sets the number of VFs of physical function `pf` and, with `persistent`, records it so
     /// that it is set again at boot (0 forgets it). Refuses to disable or change VFs that
-    /// carry devices. Returns the number of VFs enabled now.
+    /// carry devices, and to enable the VFs of an NVIDIA GPU that has GPU instances (the
+    /// enable destroys them). Returns the number of VFs enabled now.
     pub fn set_vf_count(&self, pf: &str, count: u32, persistent: bool) -> EngineResult<u32> {
+        self.set_vf_count_with(pf, count, persistent, false)
+    }
+
+    /// [`Engine::set_vf_count`]; with `force`, the VFs of an NVIDIA GPU are enabled also when
+    /// that destroys its GPU instances (none may carry a device), and their records are
+    /// forgotten.
+    pub fn set_vf_count_with(
+        &self,
+        pf: &str,
+        count: u32,
+        persistent: bool,
+        force: bool,
+    ) -> EngineResult<u32> {
         let gpu_lock = self.physical_gpu_lock(pf)?;
         let held = lock(&gpu_lock);
-        let now = self.apply_vf_count_locked(pf, count)?;
+        let now = self.apply_vf_count_locked(pf, count, force)?;
         drop(held);
         if persistent {
             let mut settings = self.settings(pf)?;
@@ -176,10 +190,10 @@ impl Engine {
             .gpu_lock(pf)
             .ok_or_else(|| EngineError::NotFound(format!("no GPU {pf} on this host")))?;
         let _held = lock(&gpu_lock);
-        self.apply_vf_count_locked(pf, count)
+        self.apply_vf_count_locked(pf, count, false)
     }
 
-    fn apply_vf_count_locked(&self, pf: &str, count: u32) -> EngineResult<u32> {
+    fn apply_vf_count_locked(&self, pf: &str, count: u32, force: bool) -> EngineResult<u32> {
         let state = sriov::read_sriov(&self.host, pf)
             .map_err(|e| EngineError::host(format!("reading SR-IOV state of {pf}"), e))?
             .ok_or_else(|| {
@@ -210,7 +224,29 @@ impl Engine {
         };
         let steps = plan::plan_vf_count(pf, &method, state.num_vfs, state.total_vfs, count)
             .map_err(EngineError::InvalidArgument)?;
-        if let Err((_, e)) = plan::execute(&self.host, &steps) {
+        // NVIDIA's driver destroys a GPU's instances when its VFs are enabled
+        // (`sriov-manage -e`, hardware.md §3.1).
+        let wiped = if matches!(method, VfMethod::SriovManage(_)) && state.num_vfs == 0 && count > 0
+        {
+            self.named_instances(pf)
+        } else {
+            Vec::new()
+        };
+        if !wiped.is_empty() && !force {
+            let named: Vec<String> = wiped
+                .iter()
+                .map(|(i, name)| super::mig::describe_instance(i, name))
+                .collect();
+            return Err(EngineError::Busy(format!(
+                "enabling the VFs of {pf} (sriov-manage -e) destroys its GPU instances: {}; destroy them first (DestroyGpuInstance) and make them after, or pass option \"force\" to let them go",
+                named.join(", ")
+            )));
+        }
+        let executed = plan::execute(&self.host, &steps);
+        // What the step did to NVML's view (instances gone) is this call's doing, not drift.
+        self.refresh_nvidia(pf, false);
+        self.forget_wiped(pf, &wiped);
+        if let Err((_, e)) = executed {
             return Err(self.vf_count_error(pf, &driver, &state, count, e));
         }
         if let Err(e) = self.rescan_gpus() {
@@ -228,6 +264,32 @@ impl Engine {
             .map_or(0, |s| s.num_vfs);
         tracing::info!(%pf, from = state.num_vfs, to = now, "VF count changed");
         Ok(now)
+    }
+
+    /// After a forced VF enable: logs the GPU instances of `wiped` that are gone, as this
+    /// call's doing, and forgets their records.
+    fn forget_wiped(&self, pf: &str, wiped: &[(crate::gpu_control::GpuInstance, String)]) {
+        if wiped.is_empty() {
+            return;
+        }
+        let left = self.named_instances(pf);
+        for (i, name) in wiped {
+            let here = left.iter().any(|(l, _)| {
+                l.placement.start == i.placement.start && l.profile_id == i.profile_id
+            });
+            if here {
+                continue;
+            }
+            tracing::warn!(
+                %pf,
+                id = i.id,
+                "{} of {pf} destroyed by SetVfCount with force: enabling the VFs wipes a GPU's instances",
+                super::mig::describe_instance(i, name)
+            );
+            if let Err(e) = self.forget_instance(pf, i.placement) {
+                tracing::warn!(%pf, error = %e, "could not update the recorded MIG layout");
+            }
+        }
     }
 
     /// Refuses when the GPU itself is given to a guest (on vfio-pci): its VFs would change

@@ -3,12 +3,18 @@
 //! ([`testing::FakeLibvirt`]); [`VirtConnection`] is the real one, over the `virt` crate.
 //! vgpud starts and serves without libvirt: the connection is opened on first use and opened
 //! again after a failure (libvirtd restarted).
+//!
+//! Which domain holds a device is libvirt's to say (its domains' hostdevs), never the
+//! device's owner tag: a device created for `win10-vm`, or a layout pool's device (owner
+//! `pool-day`), attaches to any domain while no domain holds it; attaching moves its owner
+//! to the domain.
 
 pub mod testing;
 
 use std::sync::Mutex;
 
 use crate::engine::{DeviceInfo, Engine, EngineError, HostdevOptions};
+use crate::model::DeviceKind;
 
 /// What vgpud needs to know of a domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +78,21 @@ pub enum LibvirtError {
     },
 }
 
+/// A domain's name and its XML: the running definition, and the persistent one too when
+/// the domain is both running and persistent (they may hold different devices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainXml {
+    /// The domain name.
+    pub name: String,
+    /// Its XML descriptions.
+    pub xml: Vec<String>,
+}
+
 /// The libvirt calls vgpud makes.
 pub trait LibvirtOps: Send + Sync {
+    /// Every domain, running or defined, with its XML (`virConnectListAllDomains`,
+    /// `virDomainGetXMLDesc`).
+    fn domains(&self) -> Result<Vec<DomainXml>, LibvirtError>;
     /// The state of a domain.
     fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError>;
     /// Attaches a device, given as XML (`virDomainAttachDeviceFlags`).
@@ -168,6 +187,29 @@ fn classify(domain: &str, action: &'static str, e: &virt::error::Error) -> Libvi
 }
 
 impl LibvirtOps for VirtConnection {
+    fn domains(&self) -> Result<Vec<DomainXml>, LibvirtError> {
+        self.with(|c| {
+            let mut out = Vec::new();
+            for d in c.list_all_domains(0)? {
+                // A domain that goes away while it is read holds nothing.
+                let Ok(name) = d.name() else {
+                    continue;
+                };
+                let mut xml: Vec<String> = d.xml_desc(0).into_iter().collect();
+                if d.is_active().unwrap_or(false) && d.is_persistent().unwrap_or(false) {
+                    xml.extend(d.xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE));
+                }
+                out.push(DomainXml { name, xml });
+            }
+            Ok(out)
+        })?
+        .map_err(|e| LibvirtError::Refused {
+            action: "list the devices of",
+            domain: "*".into(),
+            message: e.message().to_string(),
+        })
+    }
+
     fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError> {
         self.with(|c| {
             let d = c.lookup_domain_by_name(domain)?;
@@ -203,12 +245,12 @@ pub enum AttachError {
     /// libvirt refused or is unavailable.
     #[error(transparent)]
     Libvirt(#[from] LibvirtError),
-    /// The device belongs to another domain.
+    /// Another domain holds the device (libvirt says so; the owner tag does not count).
     #[error("device {uuid} is attached to domain {owner:?}; detach it there first")]
     OwnedByOther {
         /// The device.
         uuid: String,
-        /// Its owner.
+        /// The domain that holds it.
         owner: String,
     },
     /// The request makes no sense for the domain's state.
@@ -262,14 +304,14 @@ fn check_domain_name(domain: &str) -> Result<(), AttachError> {
 /// Attach or detach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    /// Attach the device; its owner becomes the domain.
+    /// Attach the device; its owner (a pool's tag, say) becomes the domain.
     Attach,
     /// Detach the device; it is free again.
     Detach,
 }
 
-/// Attaches a device to a domain: its owner becomes the domain. A device owned by another
-/// domain is refused.
+/// Attaches a device to a domain: its owner becomes the domain. A device another domain
+/// holds is refused; its owner tag alone holds nothing.
 pub fn attach(
     engine: &Engine,
     ops: &dyn LibvirtOps,
@@ -280,7 +322,7 @@ pub fn attach(
     change(engine, ops, uuid, domain, opts, Change::Attach)
 }
 
-/// Detaches a device from the domain that owns it; the device is then free (empty owner).
+/// Detaches a device from the domain that holds it; the device is then free (empty owner).
 pub fn detach(
     engine: &Engine,
     ops: &dyn LibvirtOps,
@@ -291,7 +333,7 @@ pub fn detach(
     change(engine, ops, uuid, domain, opts, Change::Detach)
 }
 
-/// Attaches or detaches a device, refusing one owned by another domain.
+/// Attaches or detaches a device, refusing one another domain holds.
 pub fn change(
     engine: &Engine,
     ops: &dyn LibvirtOps,
@@ -302,14 +344,14 @@ pub fn change(
 ) -> Result<DeviceInfo, AttachError> {
     check_domain_name(domain)?;
     let device = known_device(engine, uuid)?;
-    if !device.owner.is_empty() && device.owner != domain {
-        return Err(AttachError::OwnedByOther {
-            uuid: device.uuid,
-            owner: device.owner,
-        });
-    }
     let fragments = engine.hostdev_fragments(&device.uuid, &HostdevOptions::default())?;
     let impact = impact(ops.domain_state(domain)?, opts, domain)?;
+    if let Some(other) = holders(ops, &device)?.into_iter().find(|d| d != domain) {
+        return Err(AttachError::OwnedByOther {
+            uuid: device.uuid,
+            owner: other,
+        });
+    }
     // A multi-function passthrough device goes in function by function, function 0 last (the
     // guest scans the slot when function 0 appears) and out function 0 first.
     let owner = match change {
@@ -327,6 +369,34 @@ pub fn change(
         }
     };
     Ok(engine.set_owner(&device.uuid, owner)?)
+}
+
+/// The domains whose running or persistent definition holds `device` as a hostdev: an mdev
+/// by its UUID, an SR-IOV vGPU or a passthrough device by its PCI functions.
+pub fn holders(ops: &dyn LibvirtOps, device: &DeviceInfo) -> Result<Vec<String>, LibvirtError> {
+    let functions = match device.kind {
+        DeviceKind::Mdev => Vec::new(),
+        DeviceKind::SriovVgpu => device.address.iter().cloned().collect(),
+        DeviceKind::Passthrough => device.passthrough_functions(),
+    };
+    let holds = |summary: &crate::xml::DomainSummary| match device.kind {
+        DeviceKind::Mdev => summary.mdev_hostdevs.contains(&device.uuid),
+        _ => summary.pci_hostdevs.iter().any(|a| functions.contains(a)),
+    };
+    let mut out = Vec::new();
+    for domain in ops.domains()? {
+        let held = domain.xml.iter().any(|x| match crate::xml::parse_domain(x) {
+            Ok(summary) => holds(&summary),
+            Err(e) => {
+                tracing::warn!(domain = %domain.name, error = %e, "cannot read a domain's XML to see which devices it holds");
+                false
+            }
+        });
+        if held {
+            out.push(domain.name);
+        }
+    }
+    Ok(out)
 }
 
 fn known_device(engine: &Engine, uuid: &str) -> Result<DeviceInfo, AttachError> {

@@ -1,10 +1,11 @@
-//! A test double of libvirt for the attach logic: domains with a state, calls recorded, and
-//! failures on demand. libvirt's own test driver does not support attach and detach.
+//! A test double of libvirt for the attach logic: domains with a state and the devices
+//! attached to them, calls recorded, and failures on demand. libvirt's own test driver does
+//! not support attach and detach.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{DomainState, Impact, LibvirtError, LibvirtOps};
+use super::{DomainState, DomainXml, Impact, LibvirtError, LibvirtOps};
 
 /// One recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub struct Call {
 #[derive(Default)]
 pub struct FakeLibvirt {
     domains: Mutex<BTreeMap<String, DomainState>>,
+    /// The device XML attached to each domain.
+    attached: Mutex<BTreeMap<String, Vec<String>>>,
     calls: Mutex<Vec<Call>>,
     refuse: Mutex<Option<String>>,
 }
@@ -67,6 +70,21 @@ impl FakeLibvirt {
                 message,
             });
         }
+        {
+            let mut attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+            let held = attached.entry(domain.to_string()).or_default();
+            if op == "attach" {
+                held.push(xml.to_string());
+            } else if let Some(i) = held.iter().position(|x| x == xml) {
+                held.remove(i);
+            } else {
+                return Err(LibvirtError::Refused {
+                    action: op,
+                    domain: domain.to_string(),
+                    message: "operation failed: matching device not found".into(),
+                });
+            }
+        }
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -81,6 +99,22 @@ impl FakeLibvirt {
 }
 
 impl LibvirtOps for FakeLibvirt {
+    fn domains(&self) -> Result<Vec<DomainXml>, LibvirtError> {
+        let domains = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+        let attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(domains
+            .keys()
+            .map(|name| DomainXml {
+                name: name.clone(),
+                xml: vec![format!(
+                    "<domain type='kvm'><name>{}</name><devices>{}</devices></domain>",
+                    quick_xml::escape::escape(name.as_str()),
+                    attached.get(name).map(|x| x.concat()).unwrap_or_default()
+                )],
+            })
+            .collect())
+    }
+
     fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError> {
         self.domains
             .lock()
