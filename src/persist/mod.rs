@@ -24,8 +24,13 @@ pub mod state;
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 /// An error of the persistence layer, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +44,18 @@ pub enum PersistError {
         path: PathBuf,
         /// What the OS said.
         source: io::Error,
+    },
+    /// A file could not be written because its file system is mounted read-only: vgpud
+    /// serves what it knows and refuses every change.
+    #[error(
+        "{action} {path}: the file system is read-only; vgpud serves reads and refuses \
+         changes until it is writable"
+    )]
+    ReadOnly {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
     },
     /// A file could not be parsed.
     #[error("{path} is malformed: {reason}")]
@@ -54,10 +71,16 @@ pub enum PersistError {
 pub type PersistResult<T> = Result<T, PersistError>;
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PersistError + 'a {
-    move |source| PersistError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
+    move |source| match source.raw_os_error() {
+        Some(code) if code == Errno::EROFS as i32 => PersistError::ReadOnly {
+            action,
+            path: path.to_path_buf(),
+        },
+        _ => PersistError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        },
     }
 }
 
@@ -67,9 +90,32 @@ fn sync_dir(dir: &Path) -> PersistResult<()> {
         .map_err(io_err("syncing directory", dir))
 }
 
+/// How vgpud opens a directory it writes in.
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Opens the directory `dir` to write in it, without following a link at its last
+/// component: vgpud's directories (`etc/mdevctl.d/<parent>`, `var/lib/vgpud` and those
+/// below) are never links, and one that is is refused, never followed out of the tree. The
+/// files are then made, renamed and removed relative to the descriptor.
+fn open_dir(dir: &Path) -> PersistResult<OwnedFd> {
+    match nix::fcntl::open(dir, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(PersistError::Malformed {
+            path: dir.to_path_buf(),
+            reason: "a symbolic link or another file where a directory should be (refused, \
+                     not followed)"
+                .into(),
+        }),
+        Err(e) => Err(io_err("opening directory", dir)(e.into())),
+    }
+}
+
 /// Creates `dir` and its missing ancestors, syncing each parent of a new directory.
 fn create_dirs(dir: &Path) -> PersistResult<()> {
-    if dir.is_dir() {
+    if fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
@@ -78,6 +124,7 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
     own_changes::note(dir);
     match fs::create_dir(dir) {
         Ok(()) => {}
+        // A link there is refused by [`open_dir`].
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             own_changes::cancel(dir);
             return Ok(());
@@ -88,11 +135,28 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
         }
     }
     // 0755 whatever the umask (the unit sets UMask=0077), as mdevctl's own directories are.
-    fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .map_err(io_err("setting the mode of", dir))?;
+    nix::sys::stat::fchmod(open_dir(dir)?, Mode::from_bits_truncate(0o755))
+        .map_err(|e| io_err("setting the mode of", dir)(e.into()))?;
     match dir.parent() {
         Some(parent) => sync_dir(parent),
         None => Ok(()),
+    }
+}
+
+/// [`open_dir`], creating the directory and its missing ancestors first.
+fn open_or_create_dir(dir: &Path) -> PersistResult<OwnedFd> {
+    create_dirs(dir)?;
+    open_dir(dir)
+}
+
+/// The directory and file name of `path`.
+fn split(path: &Path) -> PersistResult<(&Path, &std::ffi::OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => Ok((dir, name)),
+        _ => Err(PersistError::Malformed {
+            path: path.to_path_buf(),
+            reason: "no parent directory".into(),
+        }),
     }
 }
 
@@ -103,7 +167,7 @@ pub struct FileWrite {
     pub path: PathBuf,
     /// What it holds.
     pub content: Vec<u8>,
-    /// Its mode.
+    /// Its mode (permission bits only: set-uid, set-gid and sticky bits are dropped).
     pub mode: u32,
 }
 
@@ -142,168 +206,271 @@ pub fn commit(
 /// [`write_all_atomic`]; `durable` false skips the syncs (each file is still replaced whole,
 /// by a rename), for files whose durability the journal provides.
 pub(crate) fn write_files(files: &[FileWrite], durable: bool) -> PersistResult<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut staged: Vec<(PathBuf, &Path, fs::File)> = Vec::with_capacity(files.len());
-    let cleanup = |staged: &[(PathBuf, &Path, fs::File)]| {
-        for (tmp, _, _) in staged {
-            let _ = fs::remove_file(tmp);
-        }
-    };
+    write_files_reusing(files, durable, None)
+}
+
+/// A file written under its temporary name in its directory, not yet renamed into place.
+struct Staged<'a> {
+    dir: OwnedFd,
+    tmp: String,
+    path: &'a Path,
+    file: Option<fs::File>,
+}
+
+impl Staged<'_> {
+    fn tmp_path(&self) -> PathBuf {
+        self.path.with_file_name(&self.tmp)
+    }
+
+    fn discard(&self) {
+        let _ = nix::unistd::unlinkat(
+            &self.dir,
+            self.tmp.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+}
+
+/// [`write_files`], taking the temporary files from the spares of `spares` (a directory, see
+/// [`SPARES`]) where it has one on the same file system.
+pub(crate) fn write_files_reusing(
+    files: &[FileWrite],
+    durable: bool,
+    spares: Option<&Path>,
+) -> PersistResult<()> {
+    let mut staged: Vec<Staged<'_>> = Vec::with_capacity(files.len());
+    let discard = |staged: &[Staged<'_>]| staged.iter().for_each(Staged::discard);
     for file in files {
-        let path = file.path.as_path();
-        let dir = path.parent().ok_or_else(|| PersistError::Malformed {
-            path: path.to_path_buf(),
-            reason: "no parent directory".into(),
-        })?;
-        if let Err(e) = create_dirs(dir) {
-            cleanup(&staged);
-            return Err(e);
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (tmp, opened) = match reuse_spare(dir) {
-            Some(spare) => spare,
-            None => {
-                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-                let tmp = dir.join(format!(".{name}.vgpud-tmp-{}-{n}", std::process::id()));
-                let opened = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(file.mode)
-                    .open(&tmp);
-                (tmp, opened)
-            }
-        };
-        let written = opened.map_err(io_err("creating", &tmp)).and_then(|mut f| {
-            // The mode exactly, whatever the umask (the unit sets UMask=0077, which
-            // leaves 0600 as it is).
-            if file.mode != 0o600 {
-                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
-                    .map_err(io_err("setting the mode of", &tmp))?;
-            }
-            f.write_all(&file.content)
-                .map_err(io_err("writing", &tmp))
-                .map(|()| f)
-        });
-        match written {
-            Ok(f) => staged.push((tmp, path, f)),
+        match stage(file, spares) {
+            Ok(s) => staged.push(s),
             Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                cleanup(&staged);
+                discard(&staged);
                 return Err(e);
             }
         }
     }
-    for (tmp, _, f) in staged.iter().filter(|_| durable) {
-        if let Err(e) = f.sync_all() {
-            cleanup(&staged);
-            return Err(io_err("syncing", tmp)(e));
+    for s in staged.iter().filter(|_| durable) {
+        if let Some(Err(e)) = s.file.as_ref().map(fs::File::sync_all) {
+            discard(&staged);
+            return Err(io_err("syncing", &s.tmp_path())(e));
         }
     }
     // Closed before the renames: a close after one would be an event on the file's new name.
-    let staged: Vec<(PathBuf, &Path)> = staged.into_iter().map(|(t, p, _)| (t, p)).collect();
-    let cleanup = |staged: &[(PathBuf, &Path)]| {
-        for (tmp, _) in staged {
-            let _ = fs::remove_file(tmp);
-        }
-    };
-    for (i, (tmp, path)) in staged.iter().enumerate() {
-        own_changes::note(path);
-        if let Err(e) = fs::rename(tmp, path) {
-            own_changes::cancel(path);
-            cleanup(&staged[i..]);
-            return Err(io_err("renaming into place", path)(e));
+    for s in &mut staged {
+        s.file = None;
+    }
+    for (i, s) in staged.iter().enumerate() {
+        own_changes::note(s.path);
+        let name = s.path.file_name().unwrap_or_default();
+        if let Err(e) = nix::fcntl::renameat(&s.dir, s.tmp.as_str(), &s.dir, name) {
+            own_changes::cancel(s.path);
+            discard(&staged[i..]);
+            return Err(io_err("renaming into place", s.path)(e.into()));
         }
     }
     if !durable {
         return Ok(());
     }
-    sync_parents(staged.iter().map(|(_, path)| *path))
+    sync_parents(staged.iter().map(|s| s.path))
 }
 
-/// Files vgpud removed, kept under a temporary name to be written again instead of a new
-/// file, per directory: on ext4 a storm that creates and deletes a file per device makes
-/// every new inode's allocation scan past the recently deleted ones (`recently_deleted`),
-/// slower with each storm; a reused file allocates nothing. A spare is emptied when it is
-/// retired. At most [`MAX_SPARES`] per directory; the start's sweep removes them with the
-/// other temporary files.
-static SPARES: std::sync::Mutex<Vec<(PathBuf, Vec<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
+/// Writes `file` under a temporary name of its directory: created exclusively without
+/// following a link (or a spare renamed there), given its mode exactly, and filled.
+fn stage<'a>(file: &'a FileWrite, spares: Option<&Path>) -> PersistResult<Staged<'a>> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let (dir, name) = split(&file.path)?;
+    let dir_fd = open_or_create_dir(dir)?;
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = format!(
+        ".{}.vgpud-tmp-{}-{n}",
+        name.to_string_lossy(),
+        std::process::id()
+    );
+    let mode = file.mode & 0o777;
+    let reused = spares.and_then(|s| reuse_spare(s, &dir_fd, &tmp));
+    let fresh = reused.is_none();
+    let opened = match reused {
+        Some(f) => Ok(f),
+        None => nix::fcntl::openat(
+            &dir_fd,
+            tmp.as_str(),
+            OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_EXCL
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )
+        .map(fs::File::from)
+        .map_err(io::Error::from),
+    };
+    let mut staged = Staged {
+        dir: dir_fd,
+        tmp,
+        path: &file.path,
+        file: None,
+    };
+    let written = opened
+        .map_err(io_err("creating", &staged.tmp_path()))
+        .and_then(|mut f| {
+            // The mode exactly, whatever the umask (the unit sets UMask=0077, which leaves
+            // 0600 as it is) or the spare's mode.
+            if !fresh || mode != 0o600 {
+                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+                    .map_err(io_err("setting the mode of", &staged.tmp_path()))?;
+            }
+            f.write_all(&file.content)
+                .map_err(io_err("writing", &staged.tmp_path()))
+                .map(|()| f)
+        });
+    match written {
+        Ok(f) => {
+            staged.file = Some(f);
+            Ok(staged)
+        }
+        Err(e) => {
+            staged.discard();
+            Err(e)
+        }
+    }
+}
 
-/// The most removed files kept for reuse in one directory.
-pub const MAX_SPARES: usize = 512;
+/// Files vgpud removed, kept to be written again instead of a new file: on ext4 a storm that
+/// creates and deletes a file per device makes every new inode's allocation scan past the
+/// recently deleted ones (`recently_deleted`), slower with each storm; a reused file
+/// allocates nothing. They are kept in vgpud's own directory (`var/lib/vgpud/spares`, see
+/// [`SPARES_DIR`]), never next to the files other tools read (mdevctl warns about every
+/// file of `etc/mdevctl.d/<parent>/` that is not a definition), and renamed from there into
+/// the directory of a write: so only directories on the same file system as it reuse them
+/// (where `/etc` and `/var` are apart, definitions are new files each time). A spare is
+/// emptied when it is retired. At most [`MAX_SPARES`]; the start's sweep removes them
+/// ([`forget_spares`]). By spares directory, the names of its spares.
+static SPARES: std::sync::Mutex<Vec<(PathBuf, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
 
-/// A spare file of `dir`, opened for writing and emptied, if there is one.
-fn reuse_spare(dir: &Path) -> Option<(PathBuf, io::Result<fs::File>)> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// The most removed files kept for reuse.
+pub const MAX_SPARES: usize = 1024;
+
+/// Where the spares of a root are, below it.
+pub(crate) const SPARES_DIR: &str = "var/lib/vgpud/spares";
+
+/// Whether two open files are on one file system (a rename between them is possible).
+fn same_fs(a: &OwnedFd, b: &OwnedFd) -> bool {
+    match (nix::sys::stat::fstat(a), nix::sys::stat::fstat(b)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev,
+        _ => false,
+    }
+}
+
+/// A spare of `spares`, renamed to `tmp` in the directory `dir`, opened for writing and
+/// emptied, if there is one and the two directories are on one file system.
+fn reuse_spare(spares: &Path, dir: &OwnedFd, tmp: &str) -> Option<fs::File> {
+    let spares_fd = open_dir(spares).ok()?;
+    if !same_fs(&spares_fd, dir) {
+        return None;
+    }
     loop {
         let spare = {
             let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-            all.iter_mut().find(|(d, _)| d == dir)?.1.pop()?
+            all.iter_mut().find(|(d, _)| d == spares)?.1.pop()?
         };
-        let opened = fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-            .open(&spare);
+        if nix::fcntl::renameat(&spares_fd, spare.as_str(), dir, tmp).is_err() {
+            // Gone: take the next, or make a new file.
+            continue;
+        }
+        let opened = nix::fcntl::openat(
+            dir,
+            tmp,
+            OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map(fs::File::from);
         match opened {
-            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => return Some((spare, Ok(f))),
-            // Gone or replaced: take the next, or make a new file.
-            _ => continue,
+            Ok(f)
+                if f.metadata().is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.is_file() && m.nlink() == 1
+                }) && f.set_len(0).is_ok() =>
+            {
+                return Some(f)
+            }
+            // Replaced by something else: not written to.
+            _ => {
+                let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+            }
         }
     }
 }
 
-/// Removes `path` as [`remove_lazy`] does, but keeps its file for reuse by a later write in
-/// the same directory (renamed to a temporary name) while the directory has fewer than
-/// [`MAX_SPARES`]. For the files the journal writes, whose removal it makes durable.
-pub(crate) fn retire(path: &Path) -> PersistResult<bool> {
+/// Removes `path` as [`remove_lazy`] does, but keeps its file for reuse by a later write
+/// (moved to `spares`, see [`SPARES`]) while there are fewer than [`MAX_SPARES`] and the two
+/// directories are on one file system. For the files the journal writes, whose removal it
+/// makes durable.
+pub(crate) fn retire(path: &Path, spares: &Path) -> PersistResult<bool> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let Some(dir) = path.parent() else {
-        return remove_lazy(path);
-    };
+    let (dir, name) = split(path)?;
     let room = {
         let all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
         all.iter()
-            .find(|(d, _)| d == dir)
+            .find(|(d, _)| d == spares)
             .is_none_or(|(_, s)| s.len() < MAX_SPARES)
     };
-    if !room || !fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+    let dirs = open_dir(dir).and_then(|d| Ok((d, open_or_create_dir(spares)?)));
+    let Some((dir_fd, spares_fd)) = dirs.ok().filter(|(d, s)| room && same_fs(d, s)) else {
+        return remove_lazy(path);
+    };
+    let regular = nix::sys::stat::fstatat(&dir_fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| {
+            use nix::sys::stat::SFlag;
+            st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFREG.bits() && st.st_nlink == 1
+        });
+    if !regular {
         return remove_lazy(path);
     }
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let spare = dir.join(format!(".spare.vgpud-tmp-{}-{n}", std::process::id()));
+    let spare = format!(".spare.vgpud-tmp-{}-{n}", std::process::id());
     own_changes::note(path);
-    match fs::rename(path, &spare) {
+    match nix::fcntl::renameat(&dir_fd, name, &spares_fd, spare.as_str()) {
         Ok(()) => {
             // What the removed file said does not linger in its spare.
-            let _ = fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(&spare);
-            let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-            match all.iter_mut().find(|(d, _)| d == dir) {
-                Some((_, s)) => s.push(spare),
-                None => all.push((dir.to_path_buf(), vec![spare])),
+            let emptied = nix::fcntl::openat(
+                &spares_fd,
+                spare.as_str(),
+                OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map(fs::File::from)
+            .is_ok_and(|f| f.set_len(0).is_ok());
+            if emptied {
+                let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+                match all.iter_mut().find(|(d, _)| d == spares) {
+                    Some((_, s)) => s.push(spare),
+                    None => all.push((spares.to_path_buf(), vec![spare])),
+                }
             }
             Ok(true)
         }
+        Err(Errno::ENOENT) => {
+            own_changes::cancel(path);
+            Ok(false)
+        }
         Err(e) => {
             own_changes::cancel(path);
-            match e.kind() {
-                io::ErrorKind::NotFound => Ok(false),
-                _ => Err(io_err("removing", path)(e)),
-            }
+            Err(io_err("removing", path)(e.into()))
         }
     }
 }
 
-/// Forgets the spare files of every directory below `root` (the start's sweep removes them).
+/// Forgets the spares of `root` and removes their files (at start, with the other
+/// temporary files).
 pub(crate) fn forget_spares(root: &Path) {
-    let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(d, _)| !d.starts_with(root));
+    let dir = root.join(SPARES_DIR);
+    SPARES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(d, _)| *d != dir);
+    if let Err(e) = sweep_temporaries(&dir) {
+        tracing::warn!(error = %e, "could not sweep the spare files");
+    }
 }
 
 /// Syncs the directory of each path, each directory once.
@@ -335,15 +502,24 @@ pub fn remove_all_durable(paths: &[PathBuf]) -> PersistResult<()> {
 /// write there, or the next start's sweep). For files whose reappearance after a power cut is
 /// harmless, such as a closed intent whose replay finds the work done.
 pub fn remove_lazy(path: &Path) -> PersistResult<bool> {
+    let (dir, name) = split(path)?;
+    let dir_fd = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(PersistError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(false)
+        }
+        Err(e) => return Err(e),
+    };
     own_changes::note(path);
-    match fs::remove_file(path) {
+    match nix::unistd::unlinkat(&dir_fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
         Ok(()) => Ok(true),
+        Err(Errno::ENOENT) => {
+            own_changes::cancel(path);
+            Ok(false)
+        }
         Err(e) => {
             own_changes::cancel(path);
-            match e.kind() {
-                io::ErrorKind::NotFound => Ok(false),
-                _ => Err(io_err("removing", path)(e)),
-            }
+            Err(io_err("removing", path)(e.into()))
         }
     }
 }
