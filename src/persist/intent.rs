@@ -251,5 +251,15 @@ mod tests {
         assert_eq!(read_all(&host).expect("read"), vec![intent.clone()]);
         close_replayed(&host, &intent.uuid).expect("close");
         assert!(read_all(&host).expect("read").is_empty());
+        // One of a version this vgpud does not know is set aside, not replayed, not fatal.
+        let newer = Intent {
+            version: 99,
+            ..intent.clone()
+        };
+        write_legacy(&host, &newer).expect("legacy");
+        assert!(read_all(&host).expect("read").is_empty());
+        assert!(super::dir(&host)
+            .join(format!("{}.json.bad", intent.uuid))
+            .exists());
     }
 }

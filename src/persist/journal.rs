@@ -324,18 +324,21 @@ impl Journal {
         if let Some(f) = &inner.file {
             return Ok(f.clone());
         }
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Some(dir) = self.path.parent() {
-            super::create_dirs(dir)?;
-        }
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-            .open(&self.path)
-            .map_err(io_err("opening", &self.path))?;
+        use nix::fcntl::OFlag;
+        let (dir, name) = super::split(&self.path)?;
+        let file = nix::fcntl::openat(
+            super::open_or_create_dir(dir)?,
+            name,
+            OFlag::O_RDWR
+                | OFlag::O_APPEND
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .map(fs::File::from)
+        .map_err(|e| io_err("opening", &self.path)(e.into()))?;
         let meta = file.metadata().map_err(io_err("examining", &self.path))?;
         if !meta.is_file() {
             return Err(PersistError::Malformed {
@@ -782,6 +785,49 @@ mod tests {
             assert_eq!(r.intents, vec![intent(U1)], "{tail}");
             assert!(!dir.path().join("etc/passwd").exists());
         }
+    }
+
+    #[test]
+    fn commits_touch_only_files_of_vgpuds_folders_at_their_depth_with_fixed_modes() {
+        assert_eq!(checked("etc/mdevctl.d/mtty/u"), Ok(0o644));
+        assert_eq!(checked("var/lib/vgpud/devices/u.json"), Ok(0o600));
+        for rel in [
+            "etc/mdevctl.d/u",
+            "etc/mdevctl.d/a/b/u",
+            "var/lib/vgpud/devices/a/u.json",
+            "etc/mdevctl.d/../passwd/u",
+            "var/lib/vgpud/journal",
+        ] {
+            assert!(checked(rel).is_err(), "{rel}");
+        }
+        let ops = Ops::of(
+            Path::new("/r"),
+            &[Written {
+                path: "etc/mdevctl.d/mtty/u".into(),
+                mode: 0o6777,
+                content: String::new(),
+            }],
+            &[],
+        )
+        .expect("ops");
+        assert_eq!(ops.write[0].mode, 0o644);
+    }
+
+    #[test]
+    fn an_intent_of_an_unknown_version_sets_the_journal_aside_after_the_entries_before_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let good = String::from_utf8(encode(&Entry::Intent(intent(U1)))).expect("utf8");
+        let mut newer = intent(U2);
+        newer.version = 99;
+        let newer = String::from_utf8(encode(&Entry::Intent(newer))).expect("utf8");
+        fs::create_dir_all(host.state("")).expect("dir");
+        fs::write(path(&host), format!("{good}{newer}")).expect("write");
+        let r = recover(&host).expect("recover");
+        assert_eq!(r.intents, vec![intent(U1)]);
+        let kept = fs::read_to_string(host.state("journal.bad")).expect("set aside");
+        assert_eq!(kept, format!("{good}{newer}"));
+        assert_eq!(fs::read_to_string(path(&host)).expect("journal"), good);
     }
 
     #[test]

@@ -535,18 +535,24 @@ pub fn remove_durable(path: &Path) -> PersistResult<bool> {
     Ok(true)
 }
 
-/// Removes temporary files a crash left behind in `dir` (names vgpud gives them only).
+/// Removes temporary files a crash left behind in `dir` (names vgpud gives them only). A
+/// `dir` that is a link is refused ([`open_dir`]), and the files are removed relative to it.
 pub fn sweep_temporaries(dir: &Path) -> PersistResult<usize> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io_err("listing", dir)(e)),
+    let dir_fd = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(PersistError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(0)
+        }
+        Err(e) => return Err(e),
     };
     let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for (name, _) in list_dir(dir)? {
         if name.starts_with('.') && name.contains(".vgpud-tmp-") {
-            let _ = fs::remove_file(entry.path());
+            let _ = nix::unistd::unlinkat(
+                &dir_fd,
+                name.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
             removed += 1;
         }
     }
@@ -982,6 +988,57 @@ mod tests {
         assert_eq!(names.len(), 1, "{names:?}");
         assert!(remove_durable(&path).expect("remove"));
         assert!(!remove_durable(&path).expect("remove again"));
+    }
+
+    #[test]
+    fn no_write_or_removal_goes_through_a_linked_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).expect("outside");
+        fs::write(outside.join("victim"), "mine").expect("victim");
+        fs::write(outside.join(".x.vgpud-tmp-1-1"), "mine too").expect("temporary");
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(&outside, &linked).expect("link");
+        let refused = write_atomic(&linked.join("victim"), b"overwritten", 0o644)
+            .expect_err("a linked directory")
+            .to_string();
+        assert!(refused.contains("symbolic link"), "{refused}");
+        assert!(remove_lazy(&linked.join("victim")).is_err());
+        assert!(sweep_temporaries(&linked).is_err());
+        let spares = dir.path().join("spares");
+        assert!(retire(&linked.join("victim"), &spares).is_err());
+        assert_eq!(fs::read_to_string(outside.join("victim")).expect("kept"), "mine");
+        assert!(outside.join(".x.vgpud-tmp-1-1").exists());
+        assert_eq!(fs::read_dir(&outside).expect("outside").count(), 2);
+    }
+
+    #[test]
+    fn spares_live_in_their_own_directory_and_serve_any_directory_of_their_file_system() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spares = dir.path().join(SPARES_DIR);
+        let a = dir.path().join("a/file");
+        let b = dir.path().join("b/file");
+        write_files_reusing(&[FileWrite { path: a.clone(), content: b"secret".to_vec(), mode: 0o644 }], false, Some(&spares)).expect("write");
+        let inode = fs::metadata(&a).expect("a").ino();
+        assert!(retire(&a, &spares).expect("retire"));
+        assert!(!a.exists());
+        let kept: Vec<_> = fs::read_dir(&spares).expect("spares").flatten().collect();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].metadata().expect("spare").len(), 0, "emptied");
+        assert_eq!(fs::read_dir(dir.path().join("a")).expect("a").count(), 0);
+        write_files_reusing(&[FileWrite { path: b.clone(), content: b"new".to_vec(), mode: 0o600 }], false, Some(&spares)).expect("reuse");
+        let meta = fs::metadata(&b).expect("b");
+        assert_eq!(meta.ino(), inode, "the spare was reused");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(fs::read_to_string(&b).expect("b"), "new");
+        assert_eq!(fs::read_dir(&spares).expect("spares").count(), 0);
+        // The start forgets them and sweeps their files.
+        assert!(retire(&b, &spares).expect("retire"));
+        forget_spares(dir.path());
+        assert_eq!(fs::read_dir(&spares).expect("spares").count(), 0);
+        write_files_reusing(&[FileWrite { path: a.clone(), content: b"x".to_vec(), mode: 0o644 }], false, Some(&spares)).expect("write");
+        assert_eq!(fs::read_to_string(&a).expect("a"), "x");
     }
 
     #[test]
