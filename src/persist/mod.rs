@@ -96,26 +96,100 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC);
 
-/// Opens the directory `dir` to write in it, without following a link at its last
-/// component: vgpud's directories (`etc/mdevctl.d/<parent>`, `var/lib/vgpud` and those
-/// below) are never links, and one that is is refused, never followed out of the tree. The
-/// files are then made, renamed and removed relative to the descriptor.
-fn open_dir(dir: &Path) -> PersistResult<OwnedFd> {
-    match nix::fcntl::open(dir, DIR_FLAGS, Mode::empty()) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(PersistError::Malformed {
-            path: dir.to_path_buf(),
-            reason: "a symbolic link or another file where a directory should be (refused, \
-                     not followed)"
-                .into(),
-        }),
-        Err(e) => Err(io_err("opening directory", dir)(e.into())),
-    }
+/// Where vgpud's own directories start below an ancestor of theirs: everything below
+/// `var/lib` (`var/lib/vgpud` and its directories) and below `etc/mdevctl.d` (the parents'
+/// directories of definitions). Of any other directory, only the last component is vgpud's.
+const OWN_BELOW: [&str; 2] = ["var/lib", "etc/mdevctl.d"];
+
+/// The ancestor of `dir` below which every directory is vgpud's own ([`OWN_BELOW`]), and
+/// the components from there to `dir`.
+fn own_part(dir: &Path) -> (&Path, Vec<&std::ffi::OsStr>) {
+    let anchor = dir
+        .ancestors()
+        .skip(1)
+        .find(|a| OWN_BELOW.iter().any(|own| a.ends_with(own)))
+        .or_else(|| dir.parent())
+        .unwrap_or(dir);
+    let below = dir
+        .strip_prefix(anchor)
+        .map(|rel| rel.iter().collect())
+        .unwrap_or_default();
+    (anchor, below)
 }
 
-/// Creates `dir` and its missing ancestors, syncing each parent of a new directory.
+/// Opens the directory `dir` to write in it (creating it first when `create`), without
+/// following a link at any of vgpud's own components ([`own_part`]): those are never links,
+/// and one that is is refused, never followed out of the tree. The ancestors above them
+/// (`/etc`, `/var/lib`, a test's root) are the operator's and may be links. The files are
+/// then made, renamed and removed relative to the descriptor.
+fn open_dir_in(dir: &Path, create: bool) -> PersistResult<OwnedFd> {
+    let (anchor, below) = own_part(dir);
+    if create {
+        create_dirs(anchor)?;
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut fd = nix::fcntl::open(anchor, flags, Mode::empty())
+        .map_err(|e| io_err("opening directory", anchor)(e.into()))?;
+    let mut at = anchor.to_path_buf();
+    for name in below {
+        at.push(name);
+        let mut opened = nix::fcntl::openat(&fd, name, DIR_FLAGS, Mode::empty());
+        if create && matches!(opened, Err(Errno::ENOENT)) {
+            make_dir(&fd, name, &at)?;
+            opened = nix::fcntl::openat(&fd, name, DIR_FLAGS, Mode::empty());
+        }
+        fd = match opened {
+            Ok(next) => next,
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(PersistError::Malformed {
+                    path: at,
+                    reason: "a symbolic link or another file where a directory should be \
+                             (refused, not followed)"
+                        .into(),
+                })
+            }
+            Err(e) => return Err(io_err("opening directory", &at)(e.into())),
+        };
+    }
+    Ok(fd)
+}
+
+/// Makes the directory `name` in `parent` (at `path`), mode 0755 whatever the umask (the
+/// unit sets UMask=0077), as mdevctl's own directories are, and syncs `parent`.
+fn make_dir(parent: &OwnedFd, name: &std::ffi::OsStr, path: &Path) -> PersistResult<()> {
+    own_changes::note(path);
+    match nix::sys::stat::mkdirat(parent, name, Mode::from_bits_truncate(0o755)) {
+        Ok(()) => {}
+        // Made meanwhile (or a link, which the caller refuses).
+        Err(Errno::EEXIST) => {
+            own_changes::cancel(path);
+            return Ok(());
+        }
+        Err(e) => {
+            own_changes::cancel(path);
+            return Err(io_err("creating directory", path)(e.into()));
+        }
+    }
+    let made = nix::fcntl::openat(parent, name, DIR_FLAGS, Mode::empty())
+        .and_then(|fd| nix::sys::stat::fchmod(fd, Mode::from_bits_truncate(0o755)));
+    made.and_then(|()| nix::unistd::fsync(parent))
+        .map_err(|e| io_err("setting up directory", path)(e.into()))
+}
+
+/// [`open_dir_in`] of a directory that exists.
+fn open_dir(dir: &Path) -> PersistResult<OwnedFd> {
+    open_dir_in(dir, false)
+}
+
+/// [`open_dir_in`], creating the directory and its missing ancestors first.
+fn open_or_create_dir(dir: &Path) -> PersistResult<OwnedFd> {
+    open_dir_in(dir, true)
+}
+
+/// Creates `dir` (an ancestor of vgpud's directories, see [`open_dir_in`]) and its missing
+/// ancestors, syncing each parent of a new directory.
 fn create_dirs(dir: &Path) -> PersistResult<()> {
-    if fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+    if dir.is_dir() {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
@@ -124,7 +198,6 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
     own_changes::note(dir);
     match fs::create_dir(dir) {
         Ok(()) => {}
-        // A link there is refused by [`open_dir`].
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             own_changes::cancel(dir);
             return Ok(());
@@ -135,18 +208,12 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
         }
     }
     // 0755 whatever the umask (the unit sets UMask=0077), as mdevctl's own directories are.
-    nix::sys::stat::fchmod(open_dir(dir)?, Mode::from_bits_truncate(0o755))
-        .map_err(|e| io_err("setting the mode of", dir)(e.into()))?;
+    fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(io_err("setting the mode of", dir))?;
     match dir.parent() {
         Some(parent) => sync_dir(parent),
         None => Ok(()),
     }
-}
-
-/// [`open_dir`], creating the directory and its missing ancestors first.
-fn open_or_create_dir(dir: &Path) -> PersistResult<OwnedFd> {
-    create_dirs(dir)?;
-    open_dir(dir)
 }
 
 /// The directory and file name of `path`.
@@ -770,7 +837,14 @@ pub fn set_aside(bad: &BadFile, what: &str) -> Option<PathBuf> {
         })
         .find(|t| fs::symlink_metadata(t).is_err());
     let moved = match &target {
-        Some(t) => fs::rename(path, t).map_err(|e| e.to_string()),
+        // Within a directory that is not a link (see `open_dir_in`).
+        Some(t) => split(path)
+            .and_then(|(dir, name)| Ok((open_dir(dir)?, name)))
+            .map_err(|e| e.to_string())
+            .and_then(|(dir, name)| {
+                let to = t.file_name().unwrap_or_default();
+                nix::fcntl::renameat(&dir, name, &dir, to).map_err(|e| e.to_string())
+            }),
         None => Err("every name up to .bad.100 is taken".into()),
     };
     match moved {
@@ -1010,6 +1084,29 @@ mod tests {
         assert_eq!(fs::read_to_string(outside.join("victim")).expect("kept"), "mine");
         assert!(outside.join(".x.vgpud-tmp-1-1").exists());
         assert_eq!(fs::read_dir(&outside).expect("outside").count(), 2);
+    }
+
+    #[test]
+    fn vgpuds_own_directories_are_never_followed_the_operators_ancestors_are() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir(&elsewhere).expect("elsewhere");
+        // The root's `var/lib/vgpud` is a link: no record goes through it.
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("var/lib")).expect("var/lib");
+        std::os::unix::fs::symlink(&elsewhere, root.join("var/lib/vgpud")).expect("link");
+        let record = root.join("var/lib/vgpud/devices/u.json");
+        assert!(write_atomic(&record, b"{}", 0o600).is_err());
+        assert_eq!(fs::read_dir(&elsewhere).expect("elsewhere").count(), 0);
+        // An operator's `etc/mdevctl.d` may be a link; its parents' directories may not.
+        let etc = root.join("etc");
+        fs::create_dir(&etc).expect("etc");
+        std::os::unix::fs::symlink(&elsewhere, etc.join("mdevctl.d")).expect("link");
+        write_atomic(&etc.join("mdevctl.d/mtty/u"), b"{}", 0o644).expect("through the link");
+        assert!(elsewhere.join("mtty/u").is_file());
+        assert_eq!(own_part(&etc.join("mdevctl.d/mtty")).0, etc.join("mdevctl.d"));
+        assert_eq!(own_part(&root.join("var/lib/vgpud")).0, root.join("var/lib"));
+        assert_eq!(own_part(&etc.join("modprobe.d")).0, etc);
     }
 
     #[test]
