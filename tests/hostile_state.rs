@@ -525,7 +525,11 @@ async fn a_journal_commit_of_mode_6777_writes_the_fixed_modes() {
     assert!(special.is_empty(), "special modes: {special:?}");
     let mode = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::symlink_metadata(p).expect("file").permissions().mode() & 0o7777
+        std::fs::symlink_metadata(p)
+            .expect("file")
+            .permissions()
+            .mode()
+            & 0o7777
     };
     assert_eq!(mode(&h.path(&rel_def)), 0o644);
     assert_eq!(mode(&h.path(&rel_rec)), 0o600);
@@ -541,8 +545,10 @@ async fn a_journal_intent_of_an_unknown_version_is_set_aside_not_replayed() {
     let h = Host::new().await;
     append_to_journal(
         &h,
-        &[serde_json::json!({"entry": "intent", "version": 99, "uuid": h.auto,
-            "started": 1, "op": "remove", "parent": "mtty"})],
+        &[
+            serde_json::json!({"entry": "intent", "version": 99, "uuid": h.auto,
+            "started": 1, "op": "remove", "parent": "mtty"}),
+        ],
     );
     let mut daemon = h.start().await;
     let listed = look_a_few_times(&h.bus, &daemon).await;

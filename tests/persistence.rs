@@ -545,9 +545,16 @@ async fn a_create_remove_storm_leaves_nothing_for_mdevctl_to_warn_about() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with('.'))
         .collect();
-    assert!(strays.is_empty(), "vgpud's files in {}: {strays:?}", dir.display());
+    assert!(
+        strays.is_empty(),
+        "vgpud's files in {}: {strays:?}",
+        dir.display()
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     for uuid in &kept {
-        assert!(stdout.contains(uuid.as_str()), "{uuid} is listed:\n{stdout}");
+        assert!(
+            stdout.contains(uuid.as_str()),
+            "{uuid} is listed:\n{stdout}"
+        );
     }
 }

@@ -77,5 +77,9 @@ async fn a_read_only_state_directory_serves_reads_and_refuses_changes() {
     assert!(d.is_running(), "vgpud exited:\n{}", d.log_text());
     assert!(!m.list_gpus().await.expect("ListGpus again").is_empty());
     let status = d.stop_within(std::time::Duration::from_secs(10));
-    assert!(status.is_some(), "vgpud stops on SIGTERM:\n{}", d.log_text());
+    assert!(
+        status.is_some(),
+        "vgpud stops on SIGTERM:\n{}",
+        d.log_text()
+    );
 }

@@ -361,11 +361,7 @@ fn stage<'a>(file: &'a FileWrite, spares: Option<&Path>) -> PersistResult<Staged
         None => nix::fcntl::openat(
             &dir_fd,
             tmp.as_str(),
-            OFlag::O_WRONLY
-                | OFlag::O_CREAT
-                | OFlag::O_EXCL
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(mode),
         )
         .map(fs::File::from)
@@ -1081,7 +1077,10 @@ mod tests {
         assert!(sweep_temporaries(&linked).is_err());
         let spares = dir.path().join("spares");
         assert!(retire(&linked.join("victim"), &spares).is_err());
-        assert_eq!(fs::read_to_string(outside.join("victim")).expect("kept"), "mine");
+        assert_eq!(
+            fs::read_to_string(outside.join("victim")).expect("kept"),
+            "mine"
+        );
         assert!(outside.join(".x.vgpud-tmp-1-1").exists());
         assert_eq!(fs::read_dir(&outside).expect("outside").count(), 2);
     }
@@ -1104,8 +1103,14 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, etc.join("mdevctl.d")).expect("link");
         write_atomic(&etc.join("mdevctl.d/mtty/u"), b"{}", 0o644).expect("through the link");
         assert!(elsewhere.join("mtty/u").is_file());
-        assert_eq!(own_part(&etc.join("mdevctl.d/mtty")).0, etc.join("mdevctl.d"));
-        assert_eq!(own_part(&root.join("var/lib/vgpud")).0, root.join("var/lib"));
+        assert_eq!(
+            own_part(&etc.join("mdevctl.d/mtty")).0,
+            etc.join("mdevctl.d")
+        );
+        assert_eq!(
+            own_part(&root.join("var/lib/vgpud")).0,
+            root.join("var/lib")
+        );
         assert_eq!(own_part(&etc.join("modprobe.d")).0, etc);
     }
 
@@ -1116,7 +1121,16 @@ mod tests {
         let spares = dir.path().join(SPARES_DIR);
         let a = dir.path().join("a/file");
         let b = dir.path().join("b/file");
-        write_files_reusing(&[FileWrite { path: a.clone(), content: b"secret".to_vec(), mode: 0o644 }], false, Some(&spares)).expect("write");
+        write_files_reusing(
+            &[FileWrite {
+                path: a.clone(),
+                content: b"secret".to_vec(),
+                mode: 0o644,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("write");
         let inode = fs::metadata(&a).expect("a").ino();
         assert!(retire(&a, &spares).expect("retire"));
         assert!(!a.exists());
@@ -1124,7 +1138,16 @@ mod tests {
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].metadata().expect("spare").len(), 0, "emptied");
         assert_eq!(fs::read_dir(dir.path().join("a")).expect("a").count(), 0);
-        write_files_reusing(&[FileWrite { path: b.clone(), content: b"new".to_vec(), mode: 0o600 }], false, Some(&spares)).expect("reuse");
+        write_files_reusing(
+            &[FileWrite {
+                path: b.clone(),
+                content: b"new".to_vec(),
+                mode: 0o600,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("reuse");
         let meta = fs::metadata(&b).expect("b");
         assert_eq!(meta.ino(), inode, "the spare was reused");
         assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
@@ -1134,7 +1157,16 @@ mod tests {
         assert!(retire(&b, &spares).expect("retire"));
         forget_spares(dir.path());
         assert_eq!(fs::read_dir(&spares).expect("spares").count(), 0);
-        write_files_reusing(&[FileWrite { path: a.clone(), content: b"x".to_vec(), mode: 0o644 }], false, Some(&spares)).expect("write");
+        write_files_reusing(
+            &[FileWrite {
+                path: a.clone(),
+                content: b"x".to_vec(),
+                mode: 0o644,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("write");
         assert_eq!(fs::read_to_string(&a).expect("a"), "x");
     }
 
