@@ -67,6 +67,7 @@ async fn a_read_only_state_directory_serves_reads_and_refuses_changes() {
         .expect_err("a change is refused");
     assert_eq!(error_name(&e), "org.vgpud1.Error.Failed", "{e}");
     let message = error_message(&e);
+    eprintln!("refused: {}: {message}", error_name(&e));
     assert!(
         message.contains("read-only") && message.contains(&state.display().to_string()),
         "the message says the state directory is read-only: {message}"

@@ -8,7 +8,11 @@
 //!   at start so that a `kill -9` at any instant is completed or rolled back.
 //!
 //! Every write goes to a temporary name that is not a UUID, is fsynced, renamed over the
-//! target, and the directory is fsynced; removals fsync the directory too.
+//! target, and the directory is fsynced; removals fsync the directory too. Files are
+//! created (exclusively, `O_NOFOLLOW`), renamed and removed relative to a directory opened
+//! without following a link at any of vgpud's own directories ([`open_dir_in`]): a link
+//! there is refused and reported, never followed out of the tree. A file system mounted
+//! read-only is [`PersistError::ReadOnly`]: vgpud serves what it read and refuses changes.
 //!
 //! Every read goes through one defensive reader, [`read_state_file`]: no links followed, no
 //! blocking (a FIFO never hangs vgpud), regular files of at most [`MAX_STATE_FILE_BYTES`],
@@ -1083,6 +1087,38 @@ mod tests {
         );
         assert!(outside.join(".x.vgpud-tmp-1-1").exists());
         assert_eq!(fs::read_dir(&outside).expect("outside").count(), 2);
+    }
+
+    #[test]
+    fn no_spare_is_kept_across_file_systems() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Ok(other) = tempfile::tempdir_in("/dev/shm") else {
+            eprintln!("SKIPPED: no_spare_is_kept_across_file_systems: no /dev/shm");
+            return;
+        };
+        let dev = |p: &Path| fs::metadata(p).expect("meta").dev();
+        if dev(dir.path()) == dev(other.path()) {
+            eprintln!("SKIPPED: no_spare_is_kept_across_file_systems: /dev/shm is not apart");
+            return;
+        }
+        let spares = other.path().join(SPARES_DIR);
+        let file = dir.path().join("d/file");
+        write_atomic(&file, b"x", 0o644).expect("write");
+        assert!(retire(&file, &spares).expect("removed"));
+        assert!(!file.exists());
+        assert!(!spares.exists() || fs::read_dir(&spares).expect("spares").count() == 0);
+        write_files_reusing(
+            &[FileWrite {
+                path: file.clone(),
+                content: b"y".to_vec(),
+                mode: 0o644,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("a new file");
+        assert_eq!(fs::read_to_string(&file).expect("file"), "y");
     }
 
     #[test]
