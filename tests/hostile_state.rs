@@ -409,3 +409,163 @@ async fn a_truncated_definition_next_to_a_valid_record_across_a_reboot() {
     assert!(h.record(&h.auto).is_file(), "the record is still kept");
     stop(&mut daemon);
 }
+
+/// zlib's CRC-32, as the journal's lines carry it.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                0xedb8_8320 ^ (crc >> 1)
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Appends `entries` to the journal (`var/lib/vgpud/journal`) as lines with valid checksums.
+fn append_to_journal(h: &Host, entries: &[serde_json::Value]) {
+    use std::io::Write;
+    let path = h.path("var/lib/vgpud/journal");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("journal");
+    for entry in entries {
+        let json = entry.to_string();
+        writeln!(file, "{:08x} {json}", crc32(json.as_bytes())).expect("append");
+    }
+}
+
+/// Every file and directory below `dir` whose mode is set-uid, set-gid or writable by
+/// anyone (links are not followed).
+fn special_modes(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        if !meta.file_type().is_symlink() && mode & 0o6002 != 0 {
+            out.push(format!("{} {:o}", entry.path().display(), mode & 0o7777));
+        }
+        if meta.is_dir() {
+            out.extend(special_modes(&entry.path()));
+        }
+    }
+    out
+}
+
+/// Issue #22 item 11: a crafted journal commit writes through a symbolic link to a
+/// directory outside the root, placed under `etc/mdevctl.d`. vgpud follows no link, says so,
+/// and serves every device.
+#[tokio::test]
+async fn a_journal_commit_through_a_linked_directory_writes_nothing_outside_the_root() {
+    let h = Host::new().await;
+    let outside = h.path("../outside");
+    std::fs::create_dir(&outside).expect("outside");
+    std::os::unix::fs::symlink(&outside, h.path("etc/mdevctl.d/evil")).expect("link");
+    let def = std::fs::read_to_string(h.definition(&h.auto)).expect("definition");
+    let uuid = "5e5e5e5e-0000-4000-8000-000000000001";
+    append_to_journal(
+        &h,
+        &[serde_json::json!({"entry": "commit",
+            "write": [{"path": format!("etc/mdevctl.d/evil/{uuid}"), "mode": 0o644,
+                       "content": def}]})],
+    );
+    let mut daemon = h.start().await;
+    let listed = look_a_few_times(&h.bus, &daemon).await;
+    assert_eq!(listed, h.devices, "{}", daemon.log_text());
+    let written: Vec<_> = std::fs::read_dir(&outside)
+        .expect("outside")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "written outside the root: {written:?}\n{}",
+        daemon.log_text()
+    );
+    let log = daemon.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("etc/mdevctl.d/evil")),
+        "the link is reported:\n{log}"
+    );
+    stop(&mut daemon);
+}
+
+/// Issue #22 item 11: crafted journal commits give a definition and a record mode 6777.
+/// vgpud writes each with the mode of its kind (0644, 0600), never the line's.
+#[tokio::test]
+async fn a_journal_commit_of_mode_6777_writes_the_fixed_modes() {
+    let h = Host::new().await;
+    let rel_def = format!("etc/mdevctl.d/mtty/{}", h.auto);
+    let rel_rec = format!("var/lib/vgpud/devices/{}.json", h.manual);
+    let def = std::fs::read_to_string(h.path(&rel_def)).expect("definition");
+    let rec = std::fs::read_to_string(h.path(&rel_rec)).expect("record");
+    append_to_journal(
+        &h,
+        &[serde_json::json!({"entry": "commit",
+            "write": [{"path": rel_def, "mode": 0o6777, "content": def},
+                      {"path": rel_rec, "mode": 0o6777, "content": rec}]})],
+    );
+    let mut daemon = h.start().await;
+    let listed = look_a_few_times(&h.bus, &daemon).await;
+    assert_eq!(listed, h.devices, "{}", daemon.log_text());
+    let special: Vec<String> = ["etc", "var/lib/vgpud"]
+        .iter()
+        .flat_map(|d| special_modes(&h.path(d)))
+        .collect();
+    assert!(special.is_empty(), "special modes: {special:?}");
+    let mode = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p)
+            .expect("file")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode(&h.path(&rel_def)), 0o644);
+    assert_eq!(mode(&h.path(&rel_rec)), 0o600);
+    stop(&mut daemon);
+}
+
+/// Issue #22 item 11: the journal holds an intent of format version 99, which would remove
+/// a device. vgpud replays nothing of it, sets the journal aside whole as `journal.bad` (a
+/// newer vgpud's entries are not lost) with one warning that names the version, and serves
+/// every device.
+#[tokio::test]
+async fn a_journal_intent_of_an_unknown_version_is_set_aside_not_replayed() {
+    let h = Host::new().await;
+    append_to_journal(
+        &h,
+        &[
+            serde_json::json!({"entry": "intent", "version": 99, "uuid": h.auto,
+            "started": 1, "op": "remove", "parent": "mtty"}),
+        ],
+    );
+    let mut daemon = h.start().await;
+    let listed = look_a_few_times(&h.bus, &daemon).await;
+    assert_eq!(listed, h.devices, "{}", daemon.log_text());
+    let journal = h.path("var/lib/vgpud/journal");
+    let kept = std::fs::read_to_string(bad(&journal)).unwrap_or_default();
+    assert!(
+        kept.contains("\"version\":99"),
+        "the journal is set aside whole: {kept:?}\n{}",
+        daemon.log_text()
+    );
+    let log = daemon.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("version 99"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one warning names the version:\n{log}");
+    assert!(daemon.is_running());
+    stop(&mut daemon);
+}

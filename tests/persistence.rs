@@ -502,3 +502,59 @@ async fn a_gpu_that_appears_later_gets_its_autostart_devices() {
     let gpus = m.list_gpus().await.expect("gpus");
     assert!(gpus.iter().any(|g| g.0 == "mtty"), "the new GPU is listed");
 }
+
+/// Issue #22 item 13: a storm of persistent creates and removes leaves nothing in
+/// `etc/mdevctl.d/<parent>/` that mdevctl reads and warns about (vgpud's spare files live
+/// in its own directory), and the real mdevctl lists the definitions without a warning.
+#[tokio::test]
+async fn a_create_remove_storm_leaves_nothing_for_mdevctl_to_warn_about() {
+    let host = TestHost::new(&["mtty"]);
+    let bus = TestBus::start(Policy::Open);
+    let d = Daemon::start_args(&bus, &host, FAST).await;
+    let (_conn, m) = manager(&bus).await;
+    let mut kept = Vec::new();
+    for round in 0..8 {
+        let mut made = Vec::new();
+        for _ in 0..4 {
+            let (uuid, _) = m
+                .create_device("mtty-1", opts(&[("owner", "storm")]))
+                .await
+                .expect("persistent create");
+            made.push(uuid);
+        }
+        // One of each round stays, so that mdevctl has definitions to list.
+        kept.extend(made.pop().filter(|_| round % 4 == 0));
+        for uuid in made {
+            m.remove_device(&uuid, HashMap::new())
+                .await
+                .expect("remove");
+        }
+    }
+    let out = host.mdevctl(&["list", "--defined"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mdevctl failed: {stderr}");
+    assert!(
+        !stderr.contains("WARN"),
+        "mdevctl list --defined warns:\n{stderr}\n{}",
+        d.log_text()
+    );
+    let dir = host.path("etc/mdevctl.d/mtty");
+    let strays: Vec<String> = std::fs::read_dir(&dir)
+        .expect("definitions")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(
+        strays.is_empty(),
+        "vgpud's files in {}: {strays:?}",
+        dir.display()
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for uuid in &kept {
+        assert!(
+            stdout.contains(uuid.as_str()),
+            "{uuid} is listed:\n{stdout}"
+        );
+    }
+}

@@ -170,20 +170,23 @@ mod tests {
         dirs.insert(inotify.add_watch(&base, MASK).expect("watch"), base.clone());
         watch_children(&inotify, &base, &mut dirs);
         let def = parent.join("a1b2c3d4-0000-4000-8000-00000000000a");
+        let spares = dir.path().join(persist::SPARES_DIR);
         let write = || {
-            persist::write_files(
+            persist::write_files_reusing(
                 &[FileWrite {
                     path: def.clone(),
                     content: b"{}".to_vec(),
                     mode: 0o644,
                 }],
                 false,
+                Some(&spares),
             )
             .expect("write")
         };
         // A new file, a removal kept as a spare, a write that reuses it, a replacement.
         write();
-        persist::retire(&def).expect("retire");
+        assert!(persist::retire(&def, &spares).expect("retire"));
+        assert_eq!(std::fs::read_dir(&spares).expect("spares").count(), 1);
         write();
         write();
         let events = drain(&inotify, &dirs);

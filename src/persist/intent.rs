@@ -157,11 +157,14 @@ pub const WHAT: &str = "intent (its operation is not replayed)";
 
 /// Every open intent, oldest first: those of the journal as recovered at start
 /// ([`super::journal::recover`], which this calls), then the files of the older format. A bad
-/// file (garbage, or a file that is not an intent of the UUID its name says) is set aside as
-/// `<name>.json.bad` and reported once; an intent file of a newer version is an error.
+/// file (garbage, a file that is not an intent of the UUID its name says, or an intent of a
+/// version other than [`VERSION`]) is set aside as `<name>.json.bad` and reported once, as
+/// the journal is for such an entry: an intent is never replayed by a vgpud that does not
+/// know its format, and, kept aside, is not lost.
 pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
     let mut out = super::journal::recover(host)?.intents;
-    let mut files = super::read_json_dir(&dir(host), WHAT, VERSION, check)?;
+    // Every version is read, for `check` to refuse those it does not know.
+    let mut files = super::read_json_dir(&dir(host), WHAT, u32::MAX, check)?;
     files.sort_by_key(|i| (i.started, i.uuid.clone()));
     for f in files {
         if !out.iter().any(|i| i.uuid == f.uuid) {
@@ -171,8 +174,15 @@ pub fn read_all(host: &Host) -> PersistResult<Vec<Intent>> {
     Ok(out)
 }
 
-/// An intent names its own UUID, and every name its replay puts in a path is plain.
+/// An intent is of the format this vgpud knows, names its own UUID, and every name its
+/// replay puts in a path is plain.
 pub(super) fn check(i: &Intent, key: &str) -> Result<(), String> {
+    if i.version != VERSION {
+        return Err(format!(
+            "an intent of format version {}, which this vgpud (version {VERSION}) does not know",
+            i.version
+        ));
+    }
     super::names_its_uuid(&i.uuid, key)?;
     let (parent, address, functions) = match &i.operation {
         Operation::Create { parent, .. } => (parent.as_deref(), None, &[][..]),
@@ -241,5 +251,15 @@ mod tests {
         assert_eq!(read_all(&host).expect("read"), vec![intent.clone()]);
         close_replayed(&host, &intent.uuid).expect("close");
         assert!(read_all(&host).expect("read").is_empty());
+        // One of a version this vgpud does not know is set aside, not replayed, not fatal.
+        let newer = Intent {
+            version: 99,
+            ..intent.clone()
+        };
+        write_legacy(&host, &newer).expect("legacy");
+        assert!(read_all(&host).expect("read").is_empty());
+        assert!(super::dir(&host)
+            .join(format!("{}.json.bad", intent.uuid))
+            .exists());
     }
 }

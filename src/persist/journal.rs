@@ -26,9 +26,12 @@
 //! commit the journal holds again (they are idempotent), makes the files durable, keeps the
 //! intents still open for the engine's replay, and rewrites the journal. A torn last line (a
 //! crash while appending) ends the journal; a journal that is not a regular file, is larger
-//! than [`MAX_JOURNAL_BYTES`] or is not UTF-8 is set aside and reported, and a line that fails
-//! its checksum or names a path outside vgpud's files ends what is read of it, with a
-//! warning. None of these stops vgpud.
+//! than [`MAX_JOURNAL_BYTES`] or is not UTF-8 is set aside and reported; an entry that fails
+//! its checksum, names a path outside vgpud's files or is an intent of a format version this
+//! vgpud does not know ends what is replayed of it, and the journal is set aside whole (so a
+//! newer vgpud's entries are kept) and reported. None of these stops vgpud. A commit's files
+//! get the mode of their kind, never the mode its line gives, and are written through no
+//! symbolic link to a directory (one is refused and reported).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs;
@@ -54,13 +57,22 @@ const MAX_ENTRY_BYTES: usize = 4 << 20;
 /// What the journal is called in the log when it is bad.
 pub const WHAT: &str = "journal (the operations it holds are not replayed)";
 
-/// The folders, below the root, whose files commits may write or remove.
-const COMMIT_DIRS: [&str; 2] = ["etc/mdevctl.d/", "var/lib/vgpud/devices/"];
+/// What the journal is called in the log when one of its entries is refused.
+const REFUSED: &str = "journal entry (it and the entries after it are not replayed)";
+
+/// The folders, below the root, whose files commits may write or remove: how many
+/// components below it a file is (`<parent>/<uuid>`, `<uuid>.json`), and the mode every file
+/// of it has (mdevctl's 0644 definitions, 0600 records), whatever a line of the journal says.
+const COMMIT_DIRS: [(&str, usize, u32); 2] = [
+    ("etc/mdevctl.d/", 2, 0o644),
+    ("var/lib/vgpud/devices/", 1, 0o600),
+];
 
 /// One file a commit writes, by its path below the root.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Written {
     path: String,
+    /// Written for older vgpuds to read; the mode of the file's kind is used instead.
     mode: u32,
     content: String,
 }
@@ -130,15 +142,20 @@ fn decode(line: &str) -> Result<Entry, String> {
     serde_json::from_str(json).map_err(|e| format!("not an entry: {e}"))
 }
 
-/// A path below the root that a commit may touch: relative, plain components, inside one of
-/// [`COMMIT_DIRS`].
-fn checked(rel: &str) -> Result<&str, String> {
-    let path = Path::new(rel);
-    let plain = path.components().all(|c| matches!(c, Component::Normal(_)));
-    if !plain || !COMMIT_DIRS.iter().any(|d| rel.starts_with(d)) || rel.contains('\0') {
-        return Err(format!("{rel:?} is not one of vgpud's files"));
+/// A path below the root that a commit may touch (relative, plain components, a file of one
+/// of [`COMMIT_DIRS`] at its depth), and the mode of its kind.
+fn checked(rel: &str) -> Result<u32, String> {
+    let plain = Path::new(rel)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)));
+    let kind = COMMIT_DIRS.iter().find(|(dir, depth, _)| {
+        rel.strip_prefix(dir)
+            .is_some_and(|below| Path::new(below).components().count() == *depth)
+    });
+    match kind {
+        Some((_, _, mode)) if plain && !rel.contains('\0') => Ok(*mode),
+        _ => Err(format!("{rel:?} is not one of vgpud's files")),
     }
-    Ok(rel)
 }
 
 /// The files of one commit, resolved against the root.
@@ -153,20 +170,22 @@ impl Ops {
         let mut ops = Ops::default();
         for w in write {
             ops.write.push(FileWrite {
-                path: root.join(checked(&w.path)?),
+                mode: checked(&w.path)?,
+                path: root.join(&w.path),
                 content: w.content.clone().into_bytes(),
-                mode: w.mode & 0o7777,
             });
         }
         for r in remove {
-            ops.remove.push(root.join(checked(r)?));
+            checked(r)?;
+            ops.remove.push(root.join(r));
         }
         Ok(ops)
     }
 
-    /// Writes and removes the files, without syncing; the touched paths go to `dirty`.
-    fn apply(&self, dirty: &mut Dirty) -> PersistResult<()> {
-        super::write_files(&self.write, false)?;
+    /// Writes and removes the files, without syncing, reusing and keeping spare files in
+    /// `spares`; the touched paths go to `dirty`.
+    fn apply(&self, dirty: &mut Dirty, spares: &Path) -> PersistResult<()> {
+        super::write_files_reusing(&self.write, false, Some(spares))?;
         for w in &self.write {
             dirty.files.insert(w.path.clone());
             if let Some(dir) = w.path.parent() {
@@ -174,7 +193,7 @@ impl Ops {
             }
         }
         for path in &self.remove {
-            if super::retire(path)? {
+            if super::retire(path, spares)? {
                 if let Some(dir) = path.parent() {
                     dirty.dirs.insert(dir.to_path_buf());
                 }
@@ -305,18 +324,21 @@ impl Journal {
         if let Some(f) = &inner.file {
             return Ok(f.clone());
         }
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Some(dir) = self.path.parent() {
-            super::create_dirs(dir)?;
-        }
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-            .open(&self.path)
-            .map_err(io_err("opening", &self.path))?;
+        use nix::fcntl::OFlag;
+        let (dir, name) = super::split(&self.path)?;
+        let file = nix::fcntl::openat(
+            super::open_or_create_dir(dir)?,
+            name,
+            OFlag::O_RDWR
+                | OFlag::O_APPEND
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .map(fs::File::from)
+        .map_err(|e| io_err("opening", &self.path)(e.into()))?;
         let meta = file.metadata().map_err(io_err("examining", &self.path))?;
         if !meta.is_file() {
             return Err(PersistError::Malformed {
@@ -375,15 +397,21 @@ impl Journal {
         lock(&self.inner).open.keys().cloned().collect()
     }
 
-    fn relative(&self, path: &Path) -> PersistResult<String> {
+    /// A file's path below the root and the mode of its kind.
+    fn relative(&self, path: &Path) -> PersistResult<(String, u32)> {
         path.strip_prefix(&self.root)
             .ok()
             .and_then(Path::to_str)
-            .and_then(|rel| checked(rel).ok().map(str::to_string))
+            .and_then(|rel| checked(rel).ok().map(|mode| (rel.to_string(), mode)))
             .ok_or_else(|| PersistError::Malformed {
                 path: path.to_path_buf(),
                 reason: "not one of the files the journal keeps".into(),
             })
+    }
+
+    /// Where the spare files of this root are kept.
+    fn spares(&self) -> PathBuf {
+        self.root.join(super::SPARES_DIR)
     }
 
     /// Writes `write` and removes `remove`, all or none after a crash, durably: the entry is
@@ -391,21 +419,24 @@ impl Journal {
     /// made durable by a later checkpoint.
     pub fn commit(&self, write: &[FileWrite], remove: &[PathBuf]) -> PersistResult<()> {
         let mut written = Vec::with_capacity(write.len());
+        let mut files = Vec::with_capacity(write.len());
         for w in write {
             let content =
                 String::from_utf8(w.content.clone()).map_err(|_| PersistError::Malformed {
                     path: w.path.clone(),
                     reason: "not UTF-8".into(),
                 })?;
+            let (path, mode) = self.relative(&w.path)?;
+            files.push(FileWrite { mode, ..w.clone() });
             written.push(Written {
-                path: self.relative(&w.path)?,
-                mode: w.mode,
+                path,
+                mode,
                 content,
             });
         }
         let removed = remove
             .iter()
-            .map(|p| self.relative(p))
+            .map(|p| self.relative(p).map(|(rel, _)| rel))
             .collect::<PersistResult<Vec<_>>>()?;
         let line = encode(&Entry::Commit {
             write: written,
@@ -419,7 +450,7 @@ impl Journal {
             seq,
             line,
             ops: Ops {
-                write: write.to_vec(),
+                write: files,
                 remove: remove.to_vec(),
             },
             result: None,
@@ -461,7 +492,10 @@ impl Journal {
         let mut applied = Vec::with_capacity(batch.len());
         for mut p in batch {
             p.result = Some(match &synced {
-                Ok(()) => p.ops.apply(&mut dirty).map_err(|e| e.to_string()),
+                Ok(()) => p
+                    .ops
+                    .apply(&mut dirty, &self.spares())
+                    .map_err(|e| e.to_string()),
                 Err(e) => Err(e.clone()),
             });
             applied.push(p);
@@ -586,6 +620,9 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
     let mut open: BTreeMap<String, (usize, Intent)> = BTreeMap::new();
     let mut dirty = Dirty::default();
     let mut order = 0usize;
+    let spares = journal.spares();
+    // The first entry refused, and why: it and the entries after it are not replayed.
+    let mut refused: Option<String> = None;
     for (number, line) in text.split_inclusive('\n').enumerate() {
         let Some(line) = line.strip_suffix('\n') else {
             tracing::warn!(path = %path.display(), line = number + 1, "the journal ends in a torn entry (a crash while it was written); the entry is dropped");
@@ -598,7 +635,7 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
         let entry = match entry {
             Ok(e) => e,
             Err(reason) => {
-                tracing::warn!(path = %path.display(), line = number + 1, %reason, "a bad entry in the journal: it and what follows it are not replayed");
+                refused = Some(format!("line {}: {reason}", number + 1));
                 break;
             }
         };
@@ -612,13 +649,13 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
             }
             Entry::Commit { write, remove } => match Ops::of(host.root(), &write, &remove) {
                 Ok(ops) => {
-                    if let Err(e) = ops.apply(&mut dirty) {
+                    if let Err(e) = ops.apply(&mut dirty, &spares) {
                         tracing::warn!(path = %path.display(), line = number + 1, error = %e, "could not apply a journal entry again");
                     }
                     recovered.commits += 1;
                 }
                 Err(reason) => {
-                    tracing::warn!(path = %path.display(), line = number + 1, %reason, "a journal entry names a file that is not vgpud's: it and what follows it are not replayed");
+                    refused = Some(format!("line {}: {reason}", number + 1));
                     break;
                 }
             },
@@ -626,6 +663,12 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
     }
     if let Err(e) = dirty.sync() {
         tracing::warn!(error = %e, "could not sync the files the journal wrote again");
+    }
+    if let Some(reason) = refused {
+        // Kept whole for the operator (or the newer vgpud that wrote it); what came before
+        // the refused entry was replayed.
+        let bad = super::BadFile::new(&path, reason);
+        super::set_aside(&bad, REFUSED);
     }
     let mut intents: Vec<(usize, Intent)> = open.into_values().collect();
     intents.sort_by_key(|(n, _)| *n);
@@ -635,15 +678,24 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
         content.extend_from_slice(&line);
         inner.open.insert(i.uuid.clone(), line);
     }
-    if !content.is_empty() || fs::symlink_metadata(&path).is_ok() {
-        super::write_files(
+    // An empty journal stays as it is (a read-only state directory holds one too).
+    if !content.is_empty() || (!text.is_empty() && fs::symlink_metadata(&path).is_ok()) {
+        let rewritten = super::write_files(
             &[FileWrite {
                 path: path.clone(),
                 content,
                 mode: 0o600,
             }],
             true,
-        )?;
+        );
+        match rewritten {
+            Ok(()) => {}
+            // Served as it is; every change is refused with the same error.
+            Err(e @ PersistError::ReadOnly { .. }) => {
+                tracing::warn!(error = %e, "vgpud's state is on a read-only file system: it serves reads and refuses every change");
+            }
+            Err(e) => return Err(e),
+        }
     }
     recovered.intents = intents.into_iter().map(|(_, i)| i).collect();
     Ok(recovered)
@@ -733,6 +785,49 @@ mod tests {
             assert_eq!(r.intents, vec![intent(U1)], "{tail}");
             assert!(!dir.path().join("etc/passwd").exists());
         }
+    }
+
+    #[test]
+    fn commits_touch_only_files_of_vgpuds_folders_at_their_depth_with_fixed_modes() {
+        assert_eq!(checked("etc/mdevctl.d/mtty/u"), Ok(0o644));
+        assert_eq!(checked("var/lib/vgpud/devices/u.json"), Ok(0o600));
+        for rel in [
+            "etc/mdevctl.d/u",
+            "etc/mdevctl.d/a/b/u",
+            "var/lib/vgpud/devices/a/u.json",
+            "etc/mdevctl.d/../passwd/u",
+            "var/lib/vgpud/journal",
+        ] {
+            assert!(checked(rel).is_err(), "{rel}");
+        }
+        let ops = Ops::of(
+            Path::new("/r"),
+            &[Written {
+                path: "etc/mdevctl.d/mtty/u".into(),
+                mode: 0o6777,
+                content: String::new(),
+            }],
+            &[],
+        )
+        .expect("ops");
+        assert_eq!(ops.write[0].mode, 0o644);
+    }
+
+    #[test]
+    fn an_intent_of_an_unknown_version_sets_the_journal_aside_after_the_entries_before_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let good = String::from_utf8(encode(&Entry::Intent(intent(U1)))).expect("utf8");
+        let mut newer = intent(U2);
+        newer.version = 99;
+        let newer = String::from_utf8(encode(&Entry::Intent(newer))).expect("utf8");
+        fs::create_dir_all(host.state("")).expect("dir");
+        fs::write(path(&host), format!("{good}{newer}")).expect("write");
+        let r = recover(&host).expect("recover");
+        assert_eq!(r.intents, vec![intent(U1)]);
+        let kept = fs::read_to_string(host.state("journal.bad")).expect("set aside");
+        assert_eq!(kept, format!("{good}{newer}"));
+        assert_eq!(fs::read_to_string(path(&host)).expect("journal"), good);
     }
 
     #[test]

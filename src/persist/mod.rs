@@ -8,7 +8,11 @@
 //!   at start so that a `kill -9` at any instant is completed or rolled back.
 //!
 //! Every write goes to a temporary name that is not a UUID, is fsynced, renamed over the
-//! target, and the directory is fsynced; removals fsync the directory too.
+//! target, and the directory is fsynced; removals fsync the directory too. Files are
+//! created (exclusively, `O_NOFOLLOW`), renamed and removed relative to a directory opened
+//! without following a link at any of vgpud's own directories ([`open_dir_in`]): a link
+//! there is refused and reported, never followed out of the tree. A file system mounted
+//! read-only is [`PersistError::ReadOnly`]: vgpud serves what it read and refuses changes.
 //!
 //! Every read goes through one defensive reader, [`read_state_file`]: no links followed, no
 //! blocking (a FIFO never hangs vgpud), regular files of at most [`MAX_STATE_FILE_BYTES`],
@@ -24,8 +28,13 @@ pub mod state;
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 /// An error of the persistence layer, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +48,18 @@ pub enum PersistError {
         path: PathBuf,
         /// What the OS said.
         source: io::Error,
+    },
+    /// A file could not be written because its file system is mounted read-only: vgpud
+    /// serves what it knows and refuses every change.
+    #[error(
+        "{action} {path}: the file system is read-only; vgpud serves reads and refuses \
+         changes until it is writable"
+    )]
+    ReadOnly {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
     },
     /// A file could not be parsed.
     #[error("{path} is malformed: {reason}")]
@@ -54,10 +75,16 @@ pub enum PersistError {
 pub type PersistResult<T> = Result<T, PersistError>;
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PersistError + 'a {
-    move |source| PersistError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
+    move |source| match source.raw_os_error() {
+        Some(code) if code == Errno::EROFS as i32 => PersistError::ReadOnly {
+            action,
+            path: path.to_path_buf(),
+        },
+        _ => PersistError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        },
     }
 }
 
@@ -67,7 +94,104 @@ fn sync_dir(dir: &Path) -> PersistResult<()> {
         .map_err(io_err("syncing directory", dir))
 }
 
-/// Creates `dir` and its missing ancestors, syncing each parent of a new directory.
+/// How vgpud opens a directory it writes in.
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Where vgpud's own directories start below an ancestor of theirs: everything below
+/// `var/lib` (`var/lib/vgpud` and its directories) and below `etc/mdevctl.d` (the parents'
+/// directories of definitions). Of any other directory, only the last component is vgpud's.
+const OWN_BELOW: [&str; 2] = ["var/lib", "etc/mdevctl.d"];
+
+/// The ancestor of `dir` below which every directory is vgpud's own ([`OWN_BELOW`]), and
+/// the components from there to `dir`.
+fn own_part(dir: &Path) -> (&Path, Vec<&std::ffi::OsStr>) {
+    let anchor = dir
+        .ancestors()
+        .skip(1)
+        .find(|a| OWN_BELOW.iter().any(|own| a.ends_with(own)))
+        .or_else(|| dir.parent())
+        .unwrap_or(dir);
+    let below = dir
+        .strip_prefix(anchor)
+        .map(|rel| rel.iter().collect())
+        .unwrap_or_default();
+    (anchor, below)
+}
+
+/// Opens the directory `dir` to write in it (creating it first when `create`), without
+/// following a link at any of vgpud's own components ([`own_part`]): those are never links,
+/// and one that is is refused, never followed out of the tree. The ancestors above them
+/// (`/etc`, `/var/lib`, a test's root) are the operator's and may be links. The files are
+/// then made, renamed and removed relative to the descriptor.
+fn open_dir_in(dir: &Path, create: bool) -> PersistResult<OwnedFd> {
+    let (anchor, below) = own_part(dir);
+    if create {
+        create_dirs(anchor)?;
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut fd = nix::fcntl::open(anchor, flags, Mode::empty())
+        .map_err(|e| io_err("opening directory", anchor)(e.into()))?;
+    let mut at = anchor.to_path_buf();
+    for name in below {
+        at.push(name);
+        let mut opened = nix::fcntl::openat(&fd, name, DIR_FLAGS, Mode::empty());
+        if create && matches!(opened, Err(Errno::ENOENT)) {
+            make_dir(&fd, name, &at)?;
+            opened = nix::fcntl::openat(&fd, name, DIR_FLAGS, Mode::empty());
+        }
+        fd = match opened {
+            Ok(next) => next,
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(PersistError::Malformed {
+                    path: at,
+                    reason: "a symbolic link or another file where a directory should be \
+                             (refused, not followed)"
+                        .into(),
+                })
+            }
+            Err(e) => return Err(io_err("opening directory", &at)(e.into())),
+        };
+    }
+    Ok(fd)
+}
+
+/// Makes the directory `name` in `parent` (at `path`), mode 0755 whatever the umask (the
+/// unit sets UMask=0077), as mdevctl's own directories are, and syncs `parent`.
+fn make_dir(parent: &OwnedFd, name: &std::ffi::OsStr, path: &Path) -> PersistResult<()> {
+    own_changes::note(path);
+    match nix::sys::stat::mkdirat(parent, name, Mode::from_bits_truncate(0o755)) {
+        Ok(()) => {}
+        // Made meanwhile (or a link, which the caller refuses).
+        Err(Errno::EEXIST) => {
+            own_changes::cancel(path);
+            return Ok(());
+        }
+        Err(e) => {
+            own_changes::cancel(path);
+            return Err(io_err("creating directory", path)(e.into()));
+        }
+    }
+    let made = nix::fcntl::openat(parent, name, DIR_FLAGS, Mode::empty())
+        .and_then(|fd| nix::sys::stat::fchmod(fd, Mode::from_bits_truncate(0o755)));
+    made.and_then(|()| nix::unistd::fsync(parent))
+        .map_err(|e| io_err("setting up directory", path)(e.into()))
+}
+
+/// [`open_dir_in`] of a directory that exists.
+fn open_dir(dir: &Path) -> PersistResult<OwnedFd> {
+    open_dir_in(dir, false)
+}
+
+/// [`open_dir_in`], creating the directory and its missing ancestors first.
+fn open_or_create_dir(dir: &Path) -> PersistResult<OwnedFd> {
+    open_dir_in(dir, true)
+}
+
+/// Creates `dir` (an ancestor of vgpud's directories, see [`open_dir_in`]) and its missing
+/// ancestors, syncing each parent of a new directory.
 fn create_dirs(dir: &Path) -> PersistResult<()> {
     if dir.is_dir() {
         return Ok(());
@@ -96,6 +220,17 @@ fn create_dirs(dir: &Path) -> PersistResult<()> {
     }
 }
 
+/// The directory and file name of `path`.
+fn split(path: &Path) -> PersistResult<(&Path, &std::ffi::OsStr)> {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => Ok((dir, name)),
+        _ => Err(PersistError::Malformed {
+            path: path.to_path_buf(),
+            reason: "no parent directory".into(),
+        }),
+    }
+}
+
 /// One file of a batch of atomic writes.
 #[derive(Debug, Clone)]
 pub struct FileWrite {
@@ -103,7 +238,7 @@ pub struct FileWrite {
     pub path: PathBuf,
     /// What it holds.
     pub content: Vec<u8>,
-    /// Its mode.
+    /// Its mode (permission bits only: set-uid, set-gid and sticky bits are dropped).
     pub mode: u32,
 }
 
@@ -142,168 +277,267 @@ pub fn commit(
 /// [`write_all_atomic`]; `durable` false skips the syncs (each file is still replaced whole,
 /// by a rename), for files whose durability the journal provides.
 pub(crate) fn write_files(files: &[FileWrite], durable: bool) -> PersistResult<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut staged: Vec<(PathBuf, &Path, fs::File)> = Vec::with_capacity(files.len());
-    let cleanup = |staged: &[(PathBuf, &Path, fs::File)]| {
-        for (tmp, _, _) in staged {
-            let _ = fs::remove_file(tmp);
-        }
-    };
+    write_files_reusing(files, durable, None)
+}
+
+/// A file written under its temporary name in its directory, not yet renamed into place.
+struct Staged<'a> {
+    dir: OwnedFd,
+    tmp: String,
+    path: &'a Path,
+    file: Option<fs::File>,
+}
+
+impl Staged<'_> {
+    fn tmp_path(&self) -> PathBuf {
+        self.path.with_file_name(&self.tmp)
+    }
+
+    fn discard(&self) {
+        let _ = nix::unistd::unlinkat(
+            &self.dir,
+            self.tmp.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+}
+
+/// [`write_files`], taking the temporary files from the spares of `spares` (a directory, see
+/// [`SPARES`]) where it has one on the same file system.
+pub(crate) fn write_files_reusing(
+    files: &[FileWrite],
+    durable: bool,
+    spares: Option<&Path>,
+) -> PersistResult<()> {
+    let mut staged: Vec<Staged<'_>> = Vec::with_capacity(files.len());
+    let discard = |staged: &[Staged<'_>]| staged.iter().for_each(Staged::discard);
     for file in files {
-        let path = file.path.as_path();
-        let dir = path.parent().ok_or_else(|| PersistError::Malformed {
-            path: path.to_path_buf(),
-            reason: "no parent directory".into(),
-        })?;
-        if let Err(e) = create_dirs(dir) {
-            cleanup(&staged);
-            return Err(e);
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (tmp, opened) = match reuse_spare(dir) {
-            Some(spare) => spare,
-            None => {
-                let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-                let tmp = dir.join(format!(".{name}.vgpud-tmp-{}-{n}", std::process::id()));
-                let opened = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(file.mode)
-                    .open(&tmp);
-                (tmp, opened)
-            }
-        };
-        let written = opened.map_err(io_err("creating", &tmp)).and_then(|mut f| {
-            // The mode exactly, whatever the umask (the unit sets UMask=0077, which
-            // leaves 0600 as it is).
-            if file.mode != 0o600 {
-                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(file.mode))
-                    .map_err(io_err("setting the mode of", &tmp))?;
-            }
-            f.write_all(&file.content)
-                .map_err(io_err("writing", &tmp))
-                .map(|()| f)
-        });
-        match written {
-            Ok(f) => staged.push((tmp, path, f)),
+        match stage(file, spares) {
+            Ok(s) => staged.push(s),
             Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                cleanup(&staged);
+                discard(&staged);
                 return Err(e);
             }
         }
     }
-    for (tmp, _, f) in staged.iter().filter(|_| durable) {
-        if let Err(e) = f.sync_all() {
-            cleanup(&staged);
-            return Err(io_err("syncing", tmp)(e));
+    for s in staged.iter().filter(|_| durable) {
+        if let Some(Err(e)) = s.file.as_ref().map(fs::File::sync_all) {
+            discard(&staged);
+            return Err(io_err("syncing", &s.tmp_path())(e));
         }
     }
     // Closed before the renames: a close after one would be an event on the file's new name.
-    let staged: Vec<(PathBuf, &Path)> = staged.into_iter().map(|(t, p, _)| (t, p)).collect();
-    let cleanup = |staged: &[(PathBuf, &Path)]| {
-        for (tmp, _) in staged {
-            let _ = fs::remove_file(tmp);
-        }
-    };
-    for (i, (tmp, path)) in staged.iter().enumerate() {
-        own_changes::note(path);
-        if let Err(e) = fs::rename(tmp, path) {
-            own_changes::cancel(path);
-            cleanup(&staged[i..]);
-            return Err(io_err("renaming into place", path)(e));
+    for s in &mut staged {
+        s.file = None;
+    }
+    for (i, s) in staged.iter().enumerate() {
+        own_changes::note(s.path);
+        let name = s.path.file_name().unwrap_or_default();
+        if let Err(e) = nix::fcntl::renameat(&s.dir, s.tmp.as_str(), &s.dir, name) {
+            own_changes::cancel(s.path);
+            discard(&staged[i..]);
+            return Err(io_err("renaming into place", s.path)(e.into()));
         }
     }
     if !durable {
         return Ok(());
     }
-    sync_parents(staged.iter().map(|(_, path)| *path))
+    sync_parents(staged.iter().map(|s| s.path))
 }
 
-/// Files vgpud removed, kept under a temporary name to be written again instead of a new
-/// file, per directory: on ext4 a storm that creates and deletes a file per device makes
-/// every new inode's allocation scan past the recently deleted ones (`recently_deleted`),
-/// slower with each storm; a reused file allocates nothing. A spare is emptied when it is
-/// retired. At most [`MAX_SPARES`] per directory; the start's sweep removes them with the
-/// other temporary files.
-static SPARES: std::sync::Mutex<Vec<(PathBuf, Vec<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
+/// Writes `file` under a temporary name of its directory: created exclusively without
+/// following a link (or a spare renamed there), given its mode exactly, and filled.
+fn stage<'a>(file: &'a FileWrite, spares: Option<&Path>) -> PersistResult<Staged<'a>> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let (dir, name) = split(&file.path)?;
+    let dir_fd = open_or_create_dir(dir)?;
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = format!(
+        ".{}.vgpud-tmp-{}-{n}",
+        name.to_string_lossy(),
+        std::process::id()
+    );
+    let mode = file.mode & 0o777;
+    let reused = spares.and_then(|s| reuse_spare(s, &dir_fd, &tmp));
+    let fresh = reused.is_none();
+    let opened = match reused {
+        Some(f) => Ok(f),
+        None => nix::fcntl::openat(
+            &dir_fd,
+            tmp.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )
+        .map(fs::File::from)
+        .map_err(io::Error::from),
+    };
+    let mut staged = Staged {
+        dir: dir_fd,
+        tmp,
+        path: &file.path,
+        file: None,
+    };
+    let written = opened
+        .map_err(io_err("creating", &staged.tmp_path()))
+        .and_then(|mut f| {
+            // The mode exactly, whatever the umask (the unit sets UMask=0077, which leaves
+            // 0600 as it is) or the spare's mode.
+            if !fresh || mode != 0o600 {
+                f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+                    .map_err(io_err("setting the mode of", &staged.tmp_path()))?;
+            }
+            f.write_all(&file.content)
+                .map_err(io_err("writing", &staged.tmp_path()))
+                .map(|()| f)
+        });
+    match written {
+        Ok(f) => {
+            staged.file = Some(f);
+            Ok(staged)
+        }
+        Err(e) => {
+            staged.discard();
+            Err(e)
+        }
+    }
+}
 
-/// The most removed files kept for reuse in one directory.
-pub const MAX_SPARES: usize = 512;
+/// Files vgpud removed, kept to be written again instead of a new file: on ext4 a storm that
+/// creates and deletes a file per device makes every new inode's allocation scan past the
+/// recently deleted ones (`recently_deleted`), slower with each storm; a reused file
+/// allocates nothing. They are kept in vgpud's own directory (`var/lib/vgpud/spares`, see
+/// [`SPARES_DIR`]), never next to the files other tools read (mdevctl warns about every
+/// file of `etc/mdevctl.d/<parent>/` that is not a definition), and renamed from there into
+/// the directory of a write: so only directories on the same file system as it reuse them
+/// (where `/etc` and `/var` are apart, definitions are new files each time). A spare is
+/// emptied when it is retired. At most [`MAX_SPARES`]; the start's sweep removes them
+/// ([`forget_spares`]). By spares directory, the names of its spares.
+static SPARES: std::sync::Mutex<Vec<(PathBuf, Vec<String>)>> = std::sync::Mutex::new(Vec::new());
 
-/// A spare file of `dir`, opened for writing and emptied, if there is one.
-fn reuse_spare(dir: &Path) -> Option<(PathBuf, io::Result<fs::File>)> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// The most removed files kept for reuse.
+pub const MAX_SPARES: usize = 1024;
+
+/// Where the spares of a root are, below it.
+pub(crate) const SPARES_DIR: &str = "var/lib/vgpud/spares";
+
+/// Whether two open files are on one file system (a rename between them is possible).
+fn same_fs(a: &OwnedFd, b: &OwnedFd) -> bool {
+    match (nix::sys::stat::fstat(a), nix::sys::stat::fstat(b)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev,
+        _ => false,
+    }
+}
+
+/// A spare of `spares`, renamed to `tmp` in the directory `dir`, opened for writing and
+/// emptied, if there is one and the two directories are on one file system.
+fn reuse_spare(spares: &Path, dir: &OwnedFd, tmp: &str) -> Option<fs::File> {
+    let spares_fd = open_dir(spares).ok()?;
+    if !same_fs(&spares_fd, dir) {
+        return None;
+    }
     loop {
         let spare = {
             let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-            all.iter_mut().find(|(d, _)| d == dir)?.1.pop()?
+            all.iter_mut().find(|(d, _)| d == spares)?.1.pop()?
         };
-        let opened = fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-            .open(&spare);
+        if nix::fcntl::renameat(&spares_fd, spare.as_str(), dir, tmp).is_err() {
+            // Gone: take the next, or make a new file.
+            continue;
+        }
+        let opened = nix::fcntl::openat(
+            dir,
+            tmp,
+            OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map(fs::File::from);
         match opened {
-            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => return Some((spare, Ok(f))),
-            // Gone or replaced: take the next, or make a new file.
-            _ => continue,
+            Ok(f)
+                if f.metadata().is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.is_file() && m.nlink() == 1
+                }) && f.set_len(0).is_ok() =>
+            {
+                return Some(f)
+            }
+            // Replaced by something else: not written to.
+            _ => {
+                let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+            }
         }
     }
 }
 
-/// Removes `path` as [`remove_lazy`] does, but keeps its file for reuse by a later write in
-/// the same directory (renamed to a temporary name) while the directory has fewer than
-/// [`MAX_SPARES`]. For the files the journal writes, whose removal it makes durable.
-pub(crate) fn retire(path: &Path) -> PersistResult<bool> {
+/// Removes `path` as [`remove_lazy`] does, but keeps its file for reuse by a later write
+/// (moved to `spares`, see [`SPARES`]) while there are fewer than [`MAX_SPARES`] and the two
+/// directories are on one file system. For the files the journal writes, whose removal it
+/// makes durable.
+pub(crate) fn retire(path: &Path, spares: &Path) -> PersistResult<bool> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let Some(dir) = path.parent() else {
-        return remove_lazy(path);
-    };
+    let (dir, name) = split(path)?;
     let room = {
         let all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
         all.iter()
-            .find(|(d, _)| d == dir)
+            .find(|(d, _)| d == spares)
             .is_none_or(|(_, s)| s.len() < MAX_SPARES)
     };
-    if !room || !fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+    let dirs = open_dir(dir).and_then(|d| Ok((d, open_or_create_dir(spares)?)));
+    let Some((dir_fd, spares_fd)) = dirs.ok().filter(|(d, s)| room && same_fs(d, s)) else {
+        return remove_lazy(path);
+    };
+    let regular = nix::sys::stat::fstatat(&dir_fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| {
+            use nix::sys::stat::SFlag;
+            st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFREG.bits() && st.st_nlink == 1
+        });
+    if !regular {
         return remove_lazy(path);
     }
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let spare = dir.join(format!(".spare.vgpud-tmp-{}-{n}", std::process::id()));
+    let spare = format!(".spare.vgpud-tmp-{}-{n}", std::process::id());
     own_changes::note(path);
-    match fs::rename(path, &spare) {
+    match nix::fcntl::renameat(&dir_fd, name, &spares_fd, spare.as_str()) {
         Ok(()) => {
             // What the removed file said does not linger in its spare.
-            let _ = fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(&spare);
-            let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-            match all.iter_mut().find(|(d, _)| d == dir) {
-                Some((_, s)) => s.push(spare),
-                None => all.push((dir.to_path_buf(), vec![spare])),
+            let emptied = nix::fcntl::openat(
+                &spares_fd,
+                spare.as_str(),
+                OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map(fs::File::from)
+            .is_ok_and(|f| f.set_len(0).is_ok());
+            if emptied {
+                let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+                match all.iter_mut().find(|(d, _)| d == spares) {
+                    Some((_, s)) => s.push(spare),
+                    None => all.push((spares.to_path_buf(), vec![spare])),
+                }
             }
             Ok(true)
         }
+        Err(Errno::ENOENT) => {
+            own_changes::cancel(path);
+            Ok(false)
+        }
         Err(e) => {
             own_changes::cancel(path);
-            match e.kind() {
-                io::ErrorKind::NotFound => Ok(false),
-                _ => Err(io_err("removing", path)(e)),
-            }
+            Err(io_err("removing", path)(e.into()))
         }
     }
 }
 
-/// Forgets the spare files of every directory below `root` (the start's sweep removes them).
+/// Forgets the spares of `root` and removes their files (at start, with the other
+/// temporary files).
 pub(crate) fn forget_spares(root: &Path) {
-    let mut all = SPARES.lock().unwrap_or_else(|e| e.into_inner());
-    all.retain(|(d, _)| !d.starts_with(root));
+    let dir = root.join(SPARES_DIR);
+    SPARES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(d, _)| *d != dir);
+    if let Err(e) = sweep_temporaries(&dir) {
+        tracing::warn!(error = %e, "could not sweep the spare files");
+    }
 }
 
 /// Syncs the directory of each path, each directory once.
@@ -335,15 +569,24 @@ pub fn remove_all_durable(paths: &[PathBuf]) -> PersistResult<()> {
 /// write there, or the next start's sweep). For files whose reappearance after a power cut is
 /// harmless, such as a closed intent whose replay finds the work done.
 pub fn remove_lazy(path: &Path) -> PersistResult<bool> {
+    let (dir, name) = split(path)?;
+    let dir_fd = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(PersistError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(false)
+        }
+        Err(e) => return Err(e),
+    };
     own_changes::note(path);
-    match fs::remove_file(path) {
+    match nix::unistd::unlinkat(&dir_fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
         Ok(()) => Ok(true),
+        Err(Errno::ENOENT) => {
+            own_changes::cancel(path);
+            Ok(false)
+        }
         Err(e) => {
             own_changes::cancel(path);
-            match e.kind() {
-                io::ErrorKind::NotFound => Ok(false),
-                _ => Err(io_err("removing", path)(e)),
-            }
+            Err(io_err("removing", path)(e.into()))
         }
     }
 }
@@ -359,18 +602,24 @@ pub fn remove_durable(path: &Path) -> PersistResult<bool> {
     Ok(true)
 }
 
-/// Removes temporary files a crash left behind in `dir` (names vgpud gives them only).
+/// Removes temporary files a crash left behind in `dir` (names vgpud gives them only). A
+/// `dir` that is a link is refused ([`open_dir`]), and the files are removed relative to it.
 pub fn sweep_temporaries(dir: &Path) -> PersistResult<usize> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(io_err("listing", dir)(e)),
+    let dir_fd = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(PersistError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(0)
+        }
+        Err(e) => return Err(e),
     };
     let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for (name, _) in list_dir(dir)? {
         if name.starts_with('.') && name.contains(".vgpud-tmp-") {
-            let _ = fs::remove_file(entry.path());
+            let _ = nix::unistd::unlinkat(
+                &dir_fd,
+                name.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
             removed += 1;
         }
     }
@@ -588,7 +837,14 @@ pub fn set_aside(bad: &BadFile, what: &str) -> Option<PathBuf> {
         })
         .find(|t| fs::symlink_metadata(t).is_err());
     let moved = match &target {
-        Some(t) => fs::rename(path, t).map_err(|e| e.to_string()),
+        // Within a directory that is not a link (see `open_dir_in`).
+        Some(t) => split(path)
+            .and_then(|(dir, name)| Ok((open_dir(dir)?, name)))
+            .map_err(|e| e.to_string())
+            .and_then(|(dir, name)| {
+                let to = t.file_name().unwrap_or_default();
+                nix::fcntl::renameat(&dir, name, &dir, to).map_err(|e| e.to_string())
+            }),
         None => Err("every name up to .bad.100 is taken".into()),
     };
     match moved {
@@ -806,6 +1062,148 @@ mod tests {
         assert_eq!(names.len(), 1, "{names:?}");
         assert!(remove_durable(&path).expect("remove"));
         assert!(!remove_durable(&path).expect("remove again"));
+    }
+
+    #[test]
+    fn no_write_or_removal_goes_through_a_linked_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).expect("outside");
+        fs::write(outside.join("victim"), "mine").expect("victim");
+        fs::write(outside.join(".x.vgpud-tmp-1-1"), "mine too").expect("temporary");
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(&outside, &linked).expect("link");
+        let refused = write_atomic(&linked.join("victim"), b"overwritten", 0o644)
+            .expect_err("a linked directory")
+            .to_string();
+        assert!(refused.contains("symbolic link"), "{refused}");
+        assert!(remove_lazy(&linked.join("victim")).is_err());
+        assert!(sweep_temporaries(&linked).is_err());
+        let spares = dir.path().join("spares");
+        assert!(retire(&linked.join("victim"), &spares).is_err());
+        assert_eq!(
+            fs::read_to_string(outside.join("victim")).expect("kept"),
+            "mine"
+        );
+        assert!(outside.join(".x.vgpud-tmp-1-1").exists());
+        assert_eq!(fs::read_dir(&outside).expect("outside").count(), 2);
+    }
+
+    #[test]
+    fn no_spare_is_kept_across_file_systems() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Ok(other) = tempfile::tempdir_in("/dev/shm") else {
+            eprintln!("SKIPPED: no_spare_is_kept_across_file_systems: no /dev/shm");
+            return;
+        };
+        let dev = |p: &Path| fs::metadata(p).expect("meta").dev();
+        if dev(dir.path()) == dev(other.path()) {
+            eprintln!("SKIPPED: no_spare_is_kept_across_file_systems: /dev/shm is not apart");
+            return;
+        }
+        let spares = other.path().join(SPARES_DIR);
+        let file = dir.path().join("d/file");
+        write_atomic(&file, b"x", 0o644).expect("write");
+        assert!(retire(&file, &spares).expect("removed"));
+        assert!(!file.exists());
+        assert!(!spares.exists() || fs::read_dir(&spares).expect("spares").count() == 0);
+        write_files_reusing(
+            &[FileWrite {
+                path: file.clone(),
+                content: b"y".to_vec(),
+                mode: 0o644,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("a new file");
+        assert_eq!(fs::read_to_string(&file).expect("file"), "y");
+    }
+
+    #[test]
+    fn vgpuds_own_directories_are_never_followed_the_operators_ancestors_are() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir(&elsewhere).expect("elsewhere");
+        // The root's `var/lib/vgpud` is a link: no record goes through it.
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("var/lib")).expect("var/lib");
+        std::os::unix::fs::symlink(&elsewhere, root.join("var/lib/vgpud")).expect("link");
+        let record = root.join("var/lib/vgpud/devices/u.json");
+        assert!(write_atomic(&record, b"{}", 0o600).is_err());
+        assert_eq!(fs::read_dir(&elsewhere).expect("elsewhere").count(), 0);
+        // An operator's `etc/mdevctl.d` may be a link; its parents' directories may not.
+        let etc = root.join("etc");
+        fs::create_dir(&etc).expect("etc");
+        std::os::unix::fs::symlink(&elsewhere, etc.join("mdevctl.d")).expect("link");
+        write_atomic(&etc.join("mdevctl.d/mtty/u"), b"{}", 0o644).expect("through the link");
+        assert!(elsewhere.join("mtty/u").is_file());
+        assert_eq!(
+            own_part(&etc.join("mdevctl.d/mtty")).0,
+            etc.join("mdevctl.d")
+        );
+        assert_eq!(
+            own_part(&root.join("var/lib/vgpud")).0,
+            root.join("var/lib")
+        );
+        assert_eq!(own_part(&etc.join("modprobe.d")).0, etc);
+    }
+
+    #[test]
+    fn spares_live_in_their_own_directory_and_serve_any_directory_of_their_file_system() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spares = dir.path().join(SPARES_DIR);
+        let a = dir.path().join("a/file");
+        let b = dir.path().join("b/file");
+        write_files_reusing(
+            &[FileWrite {
+                path: a.clone(),
+                content: b"secret".to_vec(),
+                mode: 0o644,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("write");
+        let inode = fs::metadata(&a).expect("a").ino();
+        assert!(retire(&a, &spares).expect("retire"));
+        assert!(!a.exists());
+        let kept: Vec<_> = fs::read_dir(&spares).expect("spares").flatten().collect();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].metadata().expect("spare").len(), 0, "emptied");
+        assert_eq!(fs::read_dir(dir.path().join("a")).expect("a").count(), 0);
+        write_files_reusing(
+            &[FileWrite {
+                path: b.clone(),
+                content: b"new".to_vec(),
+                mode: 0o600,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("reuse");
+        let meta = fs::metadata(&b).expect("b");
+        assert_eq!(meta.ino(), inode, "the spare was reused");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(fs::read_to_string(&b).expect("b"), "new");
+        assert_eq!(fs::read_dir(&spares).expect("spares").count(), 0);
+        // The start forgets them and sweeps their files.
+        assert!(retire(&b, &spares).expect("retire"));
+        forget_spares(dir.path());
+        assert_eq!(fs::read_dir(&spares).expect("spares").count(), 0);
+        write_files_reusing(
+            &[FileWrite {
+                path: a.clone(),
+                content: b"x".to_vec(),
+                mode: 0o644,
+            }],
+            false,
+            Some(&spares),
+        )
+        .expect("write");
+        assert_eq!(fs::read_to_string(&a).expect("a"), "x");
     }
 
     #[test]
