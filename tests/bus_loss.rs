@@ -35,7 +35,8 @@ fn assert_stopped_for_the_lost_bus(daemon: &mut Daemon, what: &str) {
     );
     assert!(
         log.contains("the bus closed vgpud's connection")
-            && log.contains("closed vgpud's connection: exiting so that systemd starts vgpud again"),
+            && log
+                .contains("closed vgpud's connection: exiting so that systemd starts vgpud again"),
         "the log says the bus dropped vgpud:\n{log}"
     );
 }
@@ -86,7 +87,9 @@ async fn another_connection_cannot_take_the_name_from_a_running_vgpud() {
     let bus = TestBus::start(Policy::Open);
     let mut daemon = Daemon::start(&bus, &host).await;
     let intruder = bus.connect().await;
-    let dbus = zbus::fdo::DBusProxy::new(&intruder).await.expect("DBus proxy");
+    let dbus = zbus::fdo::DBusProxy::new(&intruder)
+        .await
+        .expect("DBus proxy");
     let reply = dbus
         .request_name(
             "org.vgpud1".try_into().expect("name"),
