@@ -412,16 +412,7 @@ impl Daemon {
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status();
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.exit_within(limit)
     }
 
     /// Stops the daemon with SIGTERM and returns its exit status.
