@@ -233,7 +233,7 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
-                    ExitCode::FAILURE
+                    ExitCode::from(e.exit_status())
                 }
             };
             // A blocking task stuck in the kernel (a sysfs read of a wedged driver) must not

@@ -857,3 +857,99 @@ fn a_root_without_sys_is_refused_with_a_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no sys directory"), "{err}");
 }
+
+#[tokio::test]
+async fn property_reads_and_managed_objects_pass_the_methods_check() {
+    if !common::skip::require_root(
+        "property_reads_and_managed_objects_pass_the_methods_check",
+        "to call as nobody with setpriv",
+    ) {
+        return;
+    }
+    // A bus whose policy lets everyone call everything, and no polkitd: vgpud's own check is
+    // all there is. nobody is refused the owners through Properties and the ObjectManager as
+    // through the methods; root reads them.
+    let host = TestHost::new(MIXED);
+    let bus = TestBus::start(Policy::Everyone);
+    let _daemon = Daemon::start(&bus, &host).await;
+    let owner = "owner-nobody-may-read";
+    let created = bus
+        .busctl_call(
+            "/org/vgpud1",
+            "org.vgpud1.Manager",
+            "CreateDevice",
+            &["sa{sv}", "mtty-1", "1", "owner", "s", owner],
+        )
+        .expect("root creates");
+    let device = created["data"][1].as_str().expect("path").to_string();
+    let gdbus = |as_nobody: bool, path: &str, method: &str, args: &[&str]| {
+        let mut cmd = if as_nobody {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "gdbus"]);
+            c
+        } else {
+            std::process::Command::new("gdbus")
+        };
+        cmd.args(["call", "--address", &bus.address, "--dest", "org.vgpud1"])
+            .args(["--object-path", path, "--method", method])
+            .args(args)
+            .output()
+            .expect("setpriv (util-linux) and gdbus")
+    };
+    let reads: [(&str, &str, &[&str]); 3] = [
+        (
+            &device,
+            "org.freedesktop.DBus.Properties.Get",
+            &["org.vgpud1.Device", "Owner"],
+        ),
+        (
+            &device,
+            "org.freedesktop.DBus.Properties.GetAll",
+            &["org.vgpud1.Device"],
+        ),
+        (
+            "/org/vgpud1",
+            "org.freedesktop.DBus.ObjectManager.GetManagedObjects",
+            &[],
+        ),
+    ];
+    let method_refusal = gdbus(true, "/org/vgpud1", "org.vgpud1.Manager.ListDevices", &[]);
+    let method_err = String::from_utf8_lossy(&method_refusal.stderr).into_owned();
+    assert!(
+        method_err.contains("org.freedesktop.DBus.Error.AccessDenied"),
+        "nobody may not list devices: {method_err}"
+    );
+    for (path, method, args) in reads {
+        let out = gdbus(true, path, method, args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && !stdout.contains(owner),
+            "{method} as nobody read the device's owner: {stdout}"
+        );
+        assert!(
+            err.contains("org.freedesktop.DBus.Error.AccessDenied")
+                && err.contains("org.vgpud1.read")
+                && err.contains("uid 65534"),
+            "{method} as nobody: the methods' refusal, saying why: {err}"
+        );
+        let out = gdbus(false, path, method, args);
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains(owner),
+            "{method} as root reads the owner: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Introspection stays open: it names objects, never their properties' values.
+    let introspect = gdbus(
+        true,
+        &device,
+        "org.freedesktop.DBus.Introspectable.Introspect",
+        &[],
+    );
+    assert!(
+        introspect.status.success() && !String::from_utf8_lossy(&introspect.stdout).contains(owner),
+        "{}",
+        String::from_utf8_lossy(&introspect.stderr)
+    );
+}

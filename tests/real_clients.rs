@@ -30,8 +30,19 @@ const PYTHON: &str = "/usr/bin/python3";
 /// How long one client script may run.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The largest introspection document a client should have to read.
+/// The largest introspection document a client should have to read, but for the lists of
+/// names below.
 const MAX_INTROSPECTION: usize = 8 * 1024;
+
+/// What the parents of GPUs and devices (`/org/vgpud1/gpu`, `/org/vgpud1/device`) may add
+/// per child: its name alone, `  <node name="<escaped UUID>"/>` and a newline (62 bytes, 64
+/// for a UUID that starts with a digit), as sd-bus and GDBus list children and as
+/// `busctl tree` reads them.
+const PER_CHILD: usize = 64;
+
+/// The two parents that list their children, and what each answer is besides.
+const PARENTS: &[&str] = &["/org/vgpud1/gpu", "/org/vgpud1/device"];
+const PARENT_BASE: usize = 2048;
 
 fn clients_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
@@ -243,9 +254,20 @@ async fn check_every_introspection(s: &Setup, label: &str) -> Vec<String> {
                 tail(&complaint, 12)
             ));
         }
-        if xml.len() >= MAX_INTROSPECTION {
+        let limit = if PARENTS.contains(&path.as_str()) {
+            let children = xml.matches("<node name=").count();
+            PARENT_BASE + PER_CHILD * children
+        } else {
+            MAX_INTROSPECTION
+        };
+        if PARENTS.contains(&path.as_str()) && xml.contains("<interface name=\"org.vgpud1.") {
             failures.push(format!(
-                "{label}: the introspection of {path} is {} bytes, not under {MAX_INTROSPECTION}",
+                "{label}: {path} describes its children instead of naming them"
+            ));
+        }
+        if xml.len() >= limit {
+            failures.push(format!(
+                "{label}: the introspection of {path} is {} bytes, not under {limit}",
                 xml.len()
             ));
         }
@@ -284,6 +306,46 @@ async fn every_objects_introspection_is_well_formed_and_small() {
     for d in devices {
         m.remove_device(&d.0, HashMap::new()).await.expect("remove");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_devices_grow_only_the_list_of_names_and_busctl_tree_lists_them() {
+    require_xmllint();
+    // Sixteen RTX 8000 take 512 RTX8000-1Q: 500 devices, made over eight connections.
+    let s = Setup::new(&["large"]).await;
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        conns.push(s.bus.connect().await);
+    }
+    let mut calls = Vec::new();
+    for i in 0..500 {
+        let conn = conns[i % conns.len()].clone();
+        calls.push(tokio::spawn(async move {
+            let m = common::proxy::ManagerProxy::new(&conn)
+                .await
+                .expect("proxy");
+            m.create_device("RTX8000-1Q", opts(&[("owner", "vdi-pool")]))
+                .await
+                .map(|(uuid, _)| uuid)
+        }));
+    }
+    for c in calls {
+        c.await.expect("task").expect("create a vGPU");
+    }
+    let failures = check_every_introspection(&s, "with 500 devices").await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Every device is found the way a person looks: busctl tree, from the introspection.
+    let out = s.bus.busctl(&["tree", "--list", "org.vgpud1"]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let devices = listed
+        .lines()
+        .filter(|l| l.trim().starts_with("/org/vgpud1/device/"))
+        .count();
+    assert!(
+        out.status.success() && devices == 500,
+        "busctl tree lists {devices} of 500 devices: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

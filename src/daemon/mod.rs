@@ -135,6 +135,37 @@ pub enum DaemonError {
     /// Signal handling could not be set up.
     #[error("setting up signal handling: {0}")]
     Signals(std::io::Error),
+    /// The bus closed vgpud's connection while it served.
+    #[error("{bus} closed vgpud's connection: exiting so that systemd starts vgpud again")]
+    BusLost {
+        /// Which bus.
+        bus: String,
+    },
+}
+
+/// The exit status of a vgpud that lost its bus ([`DaemonError::BusLost`]): `EX_TEMPFAIL`
+/// of sysexits.h, apart from the 1 of every other failure. systemd's `Restart=on-failure`
+/// restarts on it.
+pub const EXIT_BUS_LOST: u8 = 75;
+
+impl DaemonError {
+    /// The process's exit status for this error.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            DaemonError::BusLost { .. } => EXIT_BUS_LOST,
+            _ => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Bus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bus::System => f.write_str("the system bus"),
+            Bus::Session => f.write_str("the session bus"),
+            Bus::Address(a) => write!(f, "the bus at {a}"),
+        }
+    }
 }
 
 fn bus_err(context: &str) -> impl FnOnce(zbus::Error) -> DaemonError + '_ {
@@ -228,9 +259,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     dbus::serve(&conn, engine.clone(), libvirt)
         .await
         .map_err(bus_err("exporting objects"))?;
-    conn.request_name(dbus::BUS_NAME)
-        .await
-        .map_err(bus_err("taking the name org.vgpud1"))?;
+    // Without ALLOW_REPLACEMENT: another connection cannot take the name from a running
+    // vgpud (and leave it serving no one); a second vgpud fails to start instead.
+    conn.request_name_with_flags(
+        dbus::BUS_NAME,
+        zbus::fdo::RequestNameFlags::REPLACE_EXISTING | zbus::fdo::RequestNameFlags::DO_NOT_QUEUE,
+    )
+    .await
+    .map_err(bus_err("taking the name org.vgpud1"))?;
     tracing::info!(
         name = dbus::BUS_NAME,
         elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -249,7 +285,15 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let audit = crate::audit::spawn(&engine);
     let metrics = start_metrics(&config, &engine).await;
 
-    termination.wait().await;
+    // dbus-daemon drops a peer that sends a message over its limit, and a stopped bus drops
+    // everyone: a vgpud without its connection serves no one, so it stops (non-zero).
+    let lost = tokio::select! {
+        () = termination.wait() => false,
+        () = conn.closed() => true,
+    };
+    if lost {
+        tracing::error!(bus = %config.bus, "the bus closed vgpud's connection (dbus-daemon disconnects a peer that sends a message over its size limit, or the bus stopped)");
+    }
     watcher.abort();
     if let Some(pinger) = pinger {
         pinger.abort();
@@ -263,6 +307,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     // The files the journal wrote are made durable, so the next start applies nothing again.
     if let Err(e) = crate::persist::journal::of(engine.host()).checkpoint_if_dirty() {
         tracing::warn!(error = %e, "could not checkpoint the journal");
+    }
+    if lost {
+        return Err(DaemonError::BusLost {
+            bus: config.bus.to_string(),
+        });
     }
     Ok(())
 }

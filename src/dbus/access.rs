@@ -39,14 +39,16 @@ impl Action {
     }
 }
 
-/// The action each method of `org.vgpud1.Manager` needs. A method missing here needs the
-/// strictest action, so a new method is never open by mistake (a test checks the list
-/// against the introspection data).
+/// The action each method of `org.vgpud1.Manager` needs, and the property reads of every
+/// object (`Properties.Get`, `GetAll`, `ObjectManager.GetManagedObjects`, through
+/// [`call_guard`]). A method missing here needs the strictest action, so a new method is
+/// never open by mistake (a test checks the list against the introspection data).
 pub fn action_of(method: &str) -> Action {
     match method {
         "ListGpus" | "ListTypes" | "ListDevices" | "GetCapacity" | "GetTypeInfo"
         | "GetHostdevXml" | "RenderHostdevXml" | "RenderDomain" | "ListMigProfiles"
         | "GetMetrics" | "ListLayouts" | "DiffLayout" => Action::Read,
+        "Get" | "GetAll" | "GetManagedObjects" => Action::Read,
         "CreateDevice" | "RemoveDevice" | "ModifyDevice" | "StartDevice" | "StopDevice"
         | "AttachDevice" | "DetachDevice" => Action::ManageDevices,
         _ => Action::ConfigureHost,
@@ -228,6 +230,32 @@ impl Access {
         keep(&mut lock(&self.callers), name, caller.clone());
         caller
     }
+}
+
+/// The check of the calls zbus answers on its own: `org.freedesktop.DBus.Properties` (`Get`
+/// and `GetAll` read, `Set` needs the strictest action) and `ObjectManager.GetManagedObjects`
+/// go through [`Access::admit`] like the methods, and are refused with the same errors.
+/// Introspection and `Peer` stay open; `org.vgpud1` methods admit their callers themselves.
+pub fn call_guard(access: std::sync::Arc<Access>) -> zbus::object_server::CallGuard {
+    std::sync::Arc::new(move |msg: zbus::Message| {
+        let access = access.clone();
+        Box::pin(async move {
+            let header = msg.header();
+            let member = header.member().map(|m| m.to_string()).unwrap_or_default();
+            let guarded = match header.interface().map(|i| i.as_str()) {
+                Some("org.freedesktop.DBus.Properties") => true,
+                Some("org.freedesktop.DBus.ObjectManager") => member == "GetManagedObjects",
+                _ => false,
+            };
+            if guarded {
+                access
+                    .admit(&header, &member)
+                    .await
+                    .map_err(|e| Box::new(e) as zbus::BoxDBusError)?;
+            }
+            Ok(())
+        })
+    })
 }
 
 /// A caller in a message: `uid 1000 (pid 4242, unit ovirt-vdsm.service)`.

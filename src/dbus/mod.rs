@@ -39,6 +39,8 @@ pub async fn serve(
     let publisher = Publisher::new(conn.clone(), engine.clone());
     let server = conn.object_server();
     let access = Arc::new(access::Access::new(conn.clone()));
+    // Property reads and GetManagedObjects show owners: they pass the methods' check.
+    server.set_call_guard(access::call_guard(access.clone()));
     let manager = |libvirt| Manager {
         engine: engine.clone(),
         libvirt,

@@ -109,6 +109,8 @@ pub enum Policy {
     Open,
     /// Like the system bus: default deny, with vgpud's own `dbus/org.vgpud1.conf` included.
     System,
+    /// Every user may connect, own and call everything: the bus leaves every check to vgpud.
+    Everyone,
 }
 
 /// A private dbus-daemon.
@@ -127,6 +129,19 @@ impl TestBus {
 
     /// Like [`TestBus::start`], reading bus activation files from `services` when given.
     pub fn start_with_services(policy: Policy, services: Option<&Path>) -> Self {
+        Self::start_with_limits(policy, services, &[])
+    }
+
+    /// Like [`TestBus::start_with_services`], with dbus-daemon `<limit>`s (name, value) on top.
+    pub fn start_with_limits(
+        policy: Policy,
+        services: Option<&Path>,
+        limits: &[(&str, u64)],
+    ) -> Self {
+        let limits: String = limits
+            .iter()
+            .map(|(name, value)| format!("<limit name=\"{name}\">{value}</limit>\n  "))
+            .collect();
         let services = services
             .map(|d| format!("<servicedir>{}</servicedir>", d.display()))
             .unwrap_or_default();
@@ -134,6 +149,13 @@ impl TestBus {
         let socket = dir.path().join("bus");
         let policy_xml = match policy {
             Policy::Open => r#"<policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>"#
+                .to_string(),
+            Policy::Everyone => r#"<policy context="default">
+    <allow user="*"/>
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
     <allow own="*"/>
@@ -168,7 +190,7 @@ impl TestBus {
   <auth>EXTERNAL</auth>
   {services}
   {policy_xml}
-  <limit name="max_replies_per_connection">50000</limit>
+  {limits}<limit name="max_replies_per_connection">50000</limit>
   <limit name="max_connections_per_user">10000</limit>
 </busconfig>
 "#,
@@ -365,16 +387,9 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
-    /// Stops the daemon with SIGTERM and returns its exit status, or `None` when it is still
-    /// running after `limit` (it is then left running, for the caller to report).
-    pub fn stop_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            return Some(status);
-        }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
+    /// The exit status once the process has ended by itself, or `None` when it is still
+    /// running after `limit`.
+    pub fn exit_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -385,6 +400,19 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Stops the daemon with SIGTERM and returns its exit status, or `None` when it is still
+    /// running after `limit` (it is then left running, for the caller to report).
+    pub fn stop_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        self.exit_within(limit)
     }
 
     /// Stops the daemon with SIGTERM and returns its exit status.

@@ -2,7 +2,13 @@
 
 #[cfg(feature = "object-manager")]
 use std::collections::HashMap;
-use std::{any::Any, marker::PhantomData, sync::Arc};
+use std::{
+    any::Any,
+    future::Future,
+    marker::PhantomData,
+    pin::Pin,
+    sync::{Arc, OnceLock},
+};
 
 use crate::{
     BoxDBusError, Connection, Error, ObjectPath, Result,
@@ -94,10 +100,31 @@ pub(crate) use node::Node;
 /// # })?;
 /// # Ok::<_, Box<dyn Error + Send + Sync>>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ObjectServer {
     conn: WeakConnection,
     root: Arc<RwLock<Node>>,
+    guard: Arc<OnceLock<CallGuard>>,
+}
+
+/// A check every method call passes before it is dispatched to its interface (vgpud patch):
+/// given the call, it answers `Ok` to let it through or the error to reply with. It covers
+/// the standard interfaces too (`Properties`, `ObjectManager`), which the server answers on
+/// its own.
+pub type CallGuard = Arc<
+    dyn Fn(Message) -> Pin<Box<dyn Future<Output = std::result::Result<(), BoxDBusError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+impl std::fmt::Debug for ObjectServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectServer")
+            .field("conn", &self.conn)
+            .field("root", &self.root)
+            .field("guard", &self.guard.get().is_some())
+            .finish()
+    }
 }
 
 impl ObjectServer {
@@ -108,7 +135,14 @@ impl ObjectServer {
             root: Arc::new(RwLock::new(Node::new(
                 "/".try_into().expect("zvariant bug"),
             ))),
+            guard: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Sets the [`CallGuard`] every method call passes from now on (vgpud patch). It can be
+    /// set once; `false` if one was set already.
+    pub fn set_call_guard(&self, guard: CallGuard) -> bool {
+        self.guard.set(guard).is_ok()
     }
 
     pub(crate) fn root(&self) -> &RwLock<Node> {
@@ -419,6 +453,11 @@ impl ObjectServer {
         let iface_name = hdr
             .interface()
             .ok_or_else(|| fdo::Error::Failed("Missing interface".into()))?;
+
+        // vgpud patch: the guard decides before the interface is even locked.
+        if let Some(guard) = self.guard.get() {
+            guard(msg.clone()).await?;
+        }
 
         trace!("acquiring read lock on interface `{}`", iface_name);
         let read_lock = iface.read().await;
