@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use zbus::Variant;
 
-use common::proxy::{error_message, error_name, opts};
+use common::proxy::{error_message, error_name, opts, ManagerProxy};
+use common::daemon::{Daemon, Policy, TestBus, TestHost};
 use common::setup::Setup;
 
 /// vgpud's resident memory in KiB (`VmRSS`).
@@ -287,4 +288,135 @@ async fn a_placement_asked_for_is_checked_and_taken() {
             error_message(&err)
         );
     }
+}
+
+/// The environment variable that hands the flood's bus to [`a_flood_from_nobody`].
+const FLOOD_ENV: &str = "VGPUD_TEST_FLOOD_BUS";
+/// How many calls nobody pipelines on one connection.
+const FLOOD_CALLS: usize = 600;
+
+#[tokio::test]
+async fn a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audit() {
+    if !common::skip::require_root(
+        "a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audit",
+        "to call as nobody with setpriv",
+    ) {
+        return;
+    }
+    // The system bus's policy, which lets every user connect and call vgpud, and no polkitd:
+    // vgpud refuses every user but root.
+    let host = TestHost::new(&["mixed"]);
+    let bus = TestBus::start(Policy::System);
+    let daemon = Daemon::start(&bus, &host).await;
+    // This test binary again, as nobody, for its other test: the flood itself.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().expect("this test binary"))
+        .args([
+            "a_flood_from_nobody",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FLOOD_ENV, &bus.address)
+        .output()
+        .expect("setpriv (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "the flood did not run as nobody:\n{text}"
+    );
+    let busy: usize = text
+        .lines()
+        .find_map(|l| l.split("flood busy: ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the flood's count");
+    eprintln!("{FLOOD_CALLS} calls of nobody: {busy} answered Busy at once");
+    // Root is served meanwhile and after.
+    ManagerProxy::new(&bus.connect().await)
+        .await
+        .expect("proxy")
+        .list_gpus()
+        .await
+        .expect("root's ListGpus");
+    // Each refusal is either logged, within the rate limit, or counted in one summary line.
+    let deadline = Instant::now() + vgpud::audit::REFUSAL_WINDOW + Duration::from_secs(5);
+    let log = loop {
+        let log = daemon.log_text();
+        if log.contains("refusals of uid 65534 dropped") || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("audit: refused") && l.contains("uid 65534"))
+        .count();
+    assert!(
+        logged <= vgpud::audit::REFUSALS_PER_WINDOW as usize,
+        "{logged} audit lines for {FLOOD_CALLS} refused calls of one user"
+    );
+    let dropped: usize = log
+        .lines()
+        .filter_map(|l| l.split("audit: ").nth(1))
+        .filter_map(|l| l.split_once(" refusals of uid 65534 dropped"))
+        .map(|(n, _)| n.parse::<usize>().expect("a count"))
+        .sum();
+    assert_eq!(
+        logged + dropped,
+        FLOOD_CALLS,
+        "every refusal is logged or counted as dropped ({logged} logged, {dropped} dropped)"
+    );
+}
+
+#[tokio::test]
+#[ignore = "run as nobody by a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audit"]
+async fn a_flood_from_nobody() {
+    let Ok(address) = std::env::var(FLOOD_ENV) else {
+        return;
+    };
+    let conn = zbus::connection::Builder::address(address.as_str())
+        .build()
+        .await
+        .expect("nobody connects");
+    let m = ManagerProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("proxy");
+    // A long owner, yet within a name's length: refused for who calls, not for its size.
+    let owner = "pool-".repeat(50);
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..FLOOD_CALLS {
+        let (m, owner) = (m.clone(), owner.clone());
+        calls.spawn(async move {
+            m.create_device("mtty-1", opts(&[("owner", owner.as_str())]))
+                .await
+                .map(drop)
+        });
+    }
+    let mut busy = 0;
+    while let Some(r) = calls.join_next().await {
+        let err = r.expect("task").expect_err("nobody is refused");
+        if error_name(&err) == "org.vgpud1.Error.Busy" {
+            busy += 1;
+            assert!(
+                error_message(&err).contains("calls to vgpud in flight"),
+                "{}",
+                error_message(&err)
+            );
+        } else {
+            // zbus folds the standard names into its own error type.
+            assert!(
+                matches!(err, zbus::Error::FDO(ref e) if matches!(**e, zbus::fdo::Error::AccessDenied(_))),
+                "{err}"
+            );
+        }
+    }
+    println!("flood busy: {busy}");
 }

@@ -7,8 +7,8 @@
 //! The caller's identity (uid, pid, systemd unit) is read once per connection from the bus
 //! (`GetConnectionCredentials`), for the refusal messages and the audit log.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zbus::message::{Flags, Header};
@@ -77,6 +77,9 @@ pub struct Access {
     conn: Connection,
     answers: Mutex<HashMap<(String, Action), (Instant, bool)>>,
     callers: Mutex<HashMap<String, (Instant, Caller)>>,
+    /// Lookups of credentials under way, one per connection: the calls a connection pipelines
+    /// before its credentials are known wait for one question to the bus, not one each.
+    looking_up: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Caller>>>>,
     authority: Mutex<Option<AuthorityProxy<'static>>>,
 }
 
@@ -102,6 +105,7 @@ impl Access {
             conn,
             answers: Mutex::new(HashMap::new()),
             callers: Mutex::new(HashMap::new()),
+            looking_up: Mutex::new(HashMap::new()),
             authority: Mutex::new(None),
         }
     }
@@ -208,8 +212,26 @@ impl Access {
                 return c.clone();
             }
         }
+        let cell = {
+            let mut pending = lock(&self.looking_up);
+            if pending.len() >= KEEP_MAX {
+                pending.clear();
+            }
+            pending.entry(name.clone()).or_default().clone()
+        };
+        let caller = cell.get_or_init(|| self.look_up(name.clone())).await.clone();
+        let mut pending = lock(&self.looking_up);
+        if pending.get(&name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            pending.remove(&name);
+            keep(&mut lock(&self.callers), name, caller.clone());
+        }
+        caller
+    }
+
+    /// Asks the bus for the credentials of the connection `name`.
+    async fn look_up(&self, name: String) -> Caller {
         let mut caller = Caller {
-            name: name.clone(),
+            name,
             ..Caller::default()
         };
         let dbus = zbus::fdo::DBusProxy::builder(&self.conn)
@@ -217,7 +239,7 @@ impl Access {
             .build()
             .await;
         if let Ok(dbus) = dbus {
-            if let Ok(bus_name) = zbus::names::BusName::try_from(name.as_str()) {
+            if let Ok(bus_name) = zbus::names::BusName::try_from(caller.name.as_str()) {
                 if let Ok(creds) = dbus.get_connection_credentials(bus_name).await {
                     caller.uid = creds.unix_user_id();
                     caller.pid = creds.process_id();
@@ -225,8 +247,88 @@ impl Access {
             }
         }
         caller.unit = caller.pid.and_then(unit_of);
-        keep(&mut lock(&self.callers), name, caller.clone());
         caller
+    }
+}
+
+/// How many calls of one user (by uid) may be in flight at once. A call past it is answered
+/// `Busy` at once, before any work is done for it, so a flood of calls (refused ones
+/// included) costs vgpud a bounded amount of memory and time however many are sent.
+pub const CALLS_PER_UID: usize = 64;
+/// Root's own budget: its calls never count against the others', so others cannot starve
+/// it, and a broker running as root may storm (the engine queues its calls fairly).
+pub const CALLS_OF_ROOT: usize = 1024;
+
+/// The calls in flight per uid (`None`: credentials unknown, one shared budget).
+pub struct CallBudget {
+    in_flight: Mutex<BTreeMap<Option<u32>, usize>>,
+}
+
+/// The budget of every call of the daemon.
+pub static CALLS: CallBudget = CallBudget::new();
+
+/// One call in flight, counted against its uid until dropped.
+pub struct CallSlot {
+    budget: &'static CallBudget,
+    uid: Option<u32>,
+}
+
+impl CallBudget {
+    /// An empty budget.
+    pub const fn new() -> Self {
+        CallBudget {
+            in_flight: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The most calls `uid` may have in flight.
+    pub fn limit_of(uid: Option<u32>) -> usize {
+        if uid == Some(0) {
+            CALLS_OF_ROOT
+        } else {
+            CALLS_PER_UID
+        }
+    }
+
+    /// A slot for one more call of `caller`, or `Busy` when it has its limit in flight.
+    pub fn take(&'static self, caller: &Caller) -> Result<CallSlot> {
+        let limit = Self::limit_of(caller.uid);
+        let mut map = lock(&self.in_flight);
+        let n = map.entry(caller.uid).or_insert(0);
+        if *n >= limit {
+            return Err(Error::Busy(format!(
+                "{} has {limit} calls to vgpud in flight, the most taken at once from one user; call again when one is answered",
+                describe(caller)
+            )));
+        }
+        *n += 1;
+        Ok(CallSlot {
+            budget: self,
+            uid: caller.uid,
+        })
+    }
+
+    /// How many calls of `uid` are in flight.
+    pub fn in_flight(&self, uid: Option<u32>) -> usize {
+        lock(&self.in_flight).get(&uid).copied().unwrap_or(0)
+    }
+}
+
+impl Default for CallBudget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        let mut map = lock(&self.budget.in_flight);
+        if let Some(n) = map.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.uid);
+            }
+        }
     }
 }
 
@@ -287,6 +389,42 @@ mod tests {
         );
         assert_eq!(unit_from_cgroup("0::/\n"), None);
         assert_eq!(unit_from_cgroup("12:pids:/x\n"), None);
+    }
+
+    #[test]
+    fn a_uid_past_its_calls_in_flight_is_busy_and_root_has_its_own_budget() {
+        static BUDGET: CallBudget = CallBudget::new();
+        let nobody = Caller {
+            name: ":1.9".into(),
+            uid: Some(65534),
+            ..Caller::default()
+        };
+        let root = Caller {
+            name: ":1.10".into(),
+            uid: Some(0),
+            ..Caller::default()
+        };
+        let mut held: Vec<CallSlot> = (0..CALLS_PER_UID)
+            .map(|_| BUDGET.take(&nobody).expect("within the budget"))
+            .collect();
+        let e = BUDGET.take(&nobody).err().expect("past the budget");
+        assert_eq!(e.name(), "org.vgpud1.Error.Busy");
+        assert!(e.message().contains("uid 65534 has 64 calls"), "{}", e.message());
+        // Root is not starved by nobody's calls, nor is another connection of nobody's
+        // counted apart from the first.
+        let roots: Vec<CallSlot> = (0..CALLS_OF_ROOT)
+            .map(|_| BUDGET.take(&root).expect("root's own budget"))
+            .collect();
+        assert!(BUDGET.take(&root).is_err());
+        drop(roots);
+        assert_eq!(BUDGET.in_flight(Some(0)), 0);
+        // A call answered frees its slot.
+        held.pop();
+        let again = BUDGET.take(&nobody).expect("a slot was freed");
+        assert_eq!(BUDGET.in_flight(Some(65534)), CALLS_PER_UID);
+        drop(again);
+        drop(held);
+        assert_eq!(BUDGET.in_flight(Some(65534)), 0);
     }
 
     #[test]
