@@ -420,3 +420,44 @@ async fn a_flood_from_nobody() {
     }
     println!("flood busy: {busy}");
 }
+
+#[tokio::test]
+async fn owners_that_would_show_as_another_are_invalid_arguments_naming_the_character() {
+    let s = Setup::new(&["mixed"]).await;
+    let m = s.manager().await;
+    for (owner, code, at) in [
+        ("pool-day ", "U+0020", 9),
+        ("\u{2003}pool-day", "U+2003", 1),
+        ("pool-\u{202e}yad", "U+202E", 6),
+        ("pool\u{200b}-day", "U+200B", 5),
+        ("\u{feff}pool-day", "U+FEFF", 1),
+        ("pool\u{2028}day", "U+2028", 5),
+    ] {
+        let err = m
+            .create_device("mtty-1", opts(&[("owner", owner)]))
+            .await
+            .expect_err(owner);
+        assert_eq!(
+            error_name(&err),
+            "org.vgpud1.Error.InvalidArgument",
+            "{owner:?}: {}",
+            error_message(&err)
+        );
+        assert!(
+            error_message(&err).contains(&format!("{code} at character {at}")),
+            "{owner:?}: {}",
+            error_message(&err)
+        );
+    }
+    assert!(
+        m.list_devices().await.expect("ListDevices").is_empty(),
+        "no device was made"
+    );
+    let (uuid, _) = m
+        .create_device("mtty-1", opts(&[("owner", "pool day-é")]))
+        .await
+        .expect("an owner with inner spaces and accents is fine");
+    m.remove_device(&uuid, HashMap::new())
+        .await
+        .expect("remove");
+}
