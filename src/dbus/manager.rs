@@ -57,7 +57,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 tokio::task_local! {
     /// The slot of the call being run, counted against its caller's budget of calls in
     /// flight ([`access::CALLS`]) from [`Manager::admit`] until [`Manager::track`] ends.
-    static SLOT: std::cell::RefCell<Option<access::CallSlot>>;
+    static SLOT: std::cell::RefCell<Option<access::CallSlot<Option<u32>>>>;
 }
 
 impl Manager {
@@ -81,7 +81,8 @@ impl Manager {
 
     /// The one door of every method: the arguments are within their size limits (checked
     /// first, before anything else is done for the call), the caller has a slot left of
-    /// its calls in flight (else `Busy` at once), then the caller must hold the method's
+    /// its calls in flight (else `Busy` at once; of a connection whose credentials are not
+    /// known yet, only a few calls wait for them), then the caller must hold the method's
     /// polkit action.
     pub(super) async fn admit(
         &self,
@@ -96,8 +97,18 @@ impl Manager {
         if let Some(o) = options {
             limits::options(method, o)?;
         }
-        let caller = self.access.caller(header).await;
-        let admitted = match access::CALLS.take(&caller) {
+        let (caller, admitted) = match self.access.cached_caller(header) {
+            Some(caller) => (caller, Ok(())),
+            None => {
+                // A connection's first calls: few of them wait for its credentials.
+                let name = header.sender().map(|s| s.as_str()).unwrap_or_default();
+                match access::WAITING.take_waiting(name) {
+                    Ok(_waiting) => (self.access.caller(header).await, Ok(())),
+                    Err(busy) => (access::Caller::default(), Err(busy)),
+                }
+            }
+        };
+        let admitted = match admitted.and_then(|()| access::CALLS.take_for(&caller)) {
             Ok(slot) => {
                 // Outside a tracked call (none today) the slot is dropped here.
                 let _ = SLOT.try_with(|s| *s.borrow_mut() = Some(slot));
