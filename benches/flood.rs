@@ -127,7 +127,9 @@ fn flood(bin: &Path, connections: usize, calls: usize, owner_len: usize) {
     let rt = runtime();
     let (latencies, client) = rt.block_on(async {
         let root = manager(&bus.1).await;
-        root.list_gpus().await.expect("root's ListGpus before the flood");
+        root.list_gpus()
+            .await
+            .expect("root's ListGpus before the flood");
         let mut flood = Command::new("setpriv");
         flood
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -136,11 +138,17 @@ fn flood(bin: &Path, connections: usize, calls: usize, owner_len: usize) {
             .args([connections, calls, owner_len].map(|n| n.to_string()));
         let flood = tokio::task::spawn_blocking(move || flood.output().expect("setpriv"));
         let mut latencies = Vec::new();
+        let mut refused: BTreeMap<String, usize> = BTreeMap::new();
         while !flood.is_finished() {
             let t = Instant::now();
-            root.list_gpus().await.expect("root's ListGpus during the flood");
-            latencies.push(ms(t.elapsed()));
+            match root.list_gpus().await {
+                Ok(_) => latencies.push(ms(t.elapsed())),
+                Err(e) => *refused.entry(e.to_string()).or_default() += 1,
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if !refused.is_empty() {
+            println!("  root's ListGpus refused during the flood: {refused:?}");
         }
         (latencies, flood.await.expect("flood task"))
     });

@@ -72,7 +72,11 @@ fn count(windows: &mut HashMap<i64, Window>, uid: i64, now: Instant) -> Verdict 
 }
 
 /// Takes the count of dropped refusals of `uid` when its window is over: (count, length).
-fn take_dropped(windows: &mut HashMap<i64, Window>, uid: i64, now: Instant) -> Option<(u64, Duration)> {
+fn take_dropped(
+    windows: &mut HashMap<i64, Window>,
+    uid: i64,
+    now: Instant,
+) -> Option<(u64, Duration)> {
     let w = windows.get_mut(&uid)?;
     let age = now.duration_since(w.started);
     if w.dropped == 0 || age < REFUSAL_WINDOW {

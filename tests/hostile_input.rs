@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use zbus::Variant;
 
-use common::proxy::{error_message, error_name, opts, ManagerProxy};
 use common::daemon::{Daemon, Policy, TestBus, TestHost};
+use common::proxy::{error_message, error_name, opts, ManagerProxy};
 use common::setup::Setup;
 
 /// vgpud's resident memory in KiB (`VmRSS`).
@@ -348,10 +348,7 @@ async fn a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audi
     // summary line (calls refused before their connection's credentials were known count
     // as an unknown user's).
     let count = |log: &str| {
-        let logged = log
-            .lines()
-            .filter(|l| l.contains("audit: refused"))
-            .count();
+        let logged = log.lines().filter(|l| l.contains("audit: refused")).count();
         let dropped: usize = log
             .lines()
             .filter_map(|l| l.split("audit: ").nth(1))

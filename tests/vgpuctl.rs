@@ -264,7 +264,10 @@ fn an_unreachable_vgpud_exits_6() {
     // The system bus, where none is (DBUS_SYSTEM_BUS_ADDRESS is how zbus and vgpuctl find it).
     let out = Command::new(vgpuctl())
         .arg("gpus")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/system-bus")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/system-bus",
+        )
         .output()
         .expect("run vgpuctl");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -29,9 +29,7 @@ mod daemon;
 use std::collections::HashMap;
 
 use bus::{start_bus, Bus};
-use daemon::{
-    bench_host, median, ms, percentile, rss_kib, start_daemon_bin, BenchHost, Daemon,
-};
+use daemon::{bench_host, median, ms, percentile, rss_kib, start_daemon_bin, BenchHost, Daemon};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -220,7 +220,10 @@ impl Access {
             }
             pending.entry(name.clone()).or_default().clone()
         };
-        let caller = cell.get_or_init(|| self.look_up(name.clone())).await.clone();
+        let caller = cell
+            .get_or_init(|| self.look_up(name.clone()))
+            .await
+            .clone();
         let mut pending = lock(&self.looking_up);
         if pending.get(&name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
             pending.remove(&name);
@@ -269,10 +272,11 @@ pub const CALLS_PER_UID: usize = 64;
 /// it, and a broker running as root may storm (the engine queues its calls fairly).
 pub const CALLS_OF_ROOT: usize = 1024;
 /// How many calls of one connection may wait while its credentials are asked of the bus
-/// (its first calls); the rest are answered `Busy` at once.
-pub const WAITING_PER_CONNECTION: usize = 4;
+/// (its first calls, pipelined); the rest are answered `Busy` at once. The system bus lets
+/// a connection await 128 replies at most, so there this never refuses a call.
+pub const WAITING_PER_CONNECTION: usize = 256;
 /// How many calls of all connections may wait for their credentials at once.
-pub const WAITING_ALL: usize = 2048;
+pub const WAITING_ALL: usize = 512;
 
 /// Calls in flight, counted per key (a uid, or a connection), with a bound on all of them.
 pub struct CallBudget<K> {
@@ -453,7 +457,11 @@ mod tests {
             .collect();
         let e = BUDGET.take_for(&nobody).err().expect("past the budget");
         assert_eq!(e.name(), "org.vgpud1.Error.Busy");
-        assert!(e.message().contains("uid 65534 has 64 calls"), "{}", e.message());
+        assert!(
+            e.message().contains("uid 65534 has 64 calls"),
+            "{}",
+            e.message()
+        );
         // Root is not starved by nobody's calls, nor is another connection of nobody's
         // counted apart from the first.
         let roots: Vec<_> = (0..CALLS_OF_ROOT)
@@ -481,7 +489,9 @@ mod tests {
         assert_eq!(e.name(), "org.vgpud1.Error.Busy");
         // Another connection has its own, within the bound on all.
         let other = WAIT.take_waiting(":1.8").expect("another connection");
-        assert!(WAIT.take(&":1.9".to_string(), 10, WAITING_PER_CONNECTION + 1).is_none());
+        assert!(WAIT
+            .take(&":1.9".to_string(), 10, WAITING_PER_CONNECTION + 1)
+            .is_none());
         drop((first, other));
         assert_eq!(WAIT.in_flight(&":1.7".to_string()), 0);
     }

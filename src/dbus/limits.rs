@@ -113,10 +113,7 @@ mod tests {
 
     #[test]
     fn huge_many_or_nested_options_are_refused() {
-        let big = opts(vec![(
-            "disk",
-            Variant::from("x".repeat(OPTION_STRING + 1)),
-        )]);
+        let big = opts(vec![("disk", Variant::from("x".repeat(OPTION_STRING + 1)))]);
         let e = options("CreateDevice", &big).expect_err("long");
         assert!(e.to_string().contains("at most 4096"), "{e}");
         let many = (0..=OPTIONS)

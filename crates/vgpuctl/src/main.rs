@@ -116,7 +116,9 @@ fn unreachable(e: &Error, bus: &BusChoice) -> Option<String> {
         Error::Bus(z) => {
             let reason = z.to_string();
             // zbus says "failed to connect to `ADDRESS`: why"; the address is said already.
-            let reason = reason.rsplit_once("`: ").map_or(reason.as_str(), |(_, r)| r);
+            let reason = reason
+                .rsplit_once("`: ")
+                .map_or(reason.as_str(), |(_, r)| r);
             let socket = socket_of(bus);
             let there = match &socket {
                 Some(p) if !std::path::Path::new(p).exists() => {

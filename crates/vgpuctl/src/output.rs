@@ -157,7 +157,8 @@ pub fn dash(s: &str) -> String {
 /// white space at an end, or an invisible or bidirectional character, cannot pass for another.
 pub fn shown(s: &str) -> String {
     let hidden = |c: char| {
-        c != ' ' && (c.is_whitespace() || c.is_control() || c.escape_debug().len() > 1)
+        c != ' '
+            && (c.is_whitespace() || c.is_control() || c.escape_debug().len() > 1)
             && !matches!(c, '"' | '\'' | '\\')
     };
     if s.trim() != s || s.chars().any(hidden) {
