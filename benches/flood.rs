@@ -1,5 +1,5 @@
 //! The flood of refused calls (reports figures; asserts nothing about time): `nobody` opens
-//! many connections to a bus with the system bus's limits and pipelines `CreateDevice` calls
+//! many connections to a bus with the system bus's policy and pipelines `CreateDevice` calls
 //! with a long owner on each, all of which vgpud refuses (no polkitd: only root is let in),
 //! while root calls `ListGpus` in a loop. Reported: vgpud's RSS idle, at its peak and 10 s
 //! after the flood; root's `ListGpus` latency during the flood (p50, p99, max); the answers
@@ -11,22 +11,23 @@
 //! flood each; `VGPUD_BENCH_BASELINE=<a vgpud binary>` floods it first, in the same run, for a
 //! comparison side by side.
 
-#[path = "common/bus.rs"]
-mod bus;
 #[path = "common/daemon.rs"]
 #[allow(dead_code)]
 mod daemon;
+/// The tests' private bus: its system policy lets every user connect and call vgpud.
+#[path = "../tests/common/daemon.rs"]
+#[allow(dead_code)]
+mod test_daemon;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bus::start_system_bus;
 use daemon::{bench_host, median, ms, percentile, rss_kib, start_daemon_bin};
+use test_daemon::{Policy, TestBus};
 use vgpud_client::ManagerProxy;
 
 /// The argument that makes this program the flood's client (run as nobody).
@@ -98,14 +99,12 @@ fn flood_client(address: &str, connections: usize, calls: usize, owner_len: usiz
 fn flood(bin: &Path, connections: usize, calls: usize, owner_len: usize) {
     let host = bench_host("large");
     let dir = tempfile::tempdir().expect("tempdir");
-    // nobody connects to the bus's socket in it.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let bus = start_system_bus(dir.path());
+    let bus = TestBus::start(Policy::System);
     let log = dir.path().join("vgpud.log");
     let (daemon, _) = start_daemon_bin(
         bin,
         &host.root,
-        &bus.1,
+        &bus.address,
         dir.path(),
         "warn,vgpud::audit=info",
         Some(&log),
@@ -126,7 +125,7 @@ fn flood(bin: &Path, connections: usize, calls: usize, owner_len: usize) {
     };
     let rt = runtime();
     let (latencies, client) = rt.block_on(async {
-        let root = manager(&bus.1).await;
+        let root = manager(&bus.address).await;
         root.list_gpus()
             .await
             .expect("root's ListGpus before the flood");
@@ -134,7 +133,7 @@ fn flood(bin: &Path, connections: usize, calls: usize, owner_len: usize) {
         flood
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(std::env::current_exe().expect("this program"))
-            .args([CLIENT, &bus.1])
+            .args([CLIENT, &bus.address])
             .args([connections, calls, owner_len].map(|n| n.to_string()));
         let flood = tokio::task::spawn_blocking(move || flood.output().expect("setpriv"));
         let mut latencies = Vec::new();
