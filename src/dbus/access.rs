@@ -276,7 +276,7 @@ pub const CALLS_OF_ROOT: usize = 1024;
 /// a connection await 128 replies at most, so there this never refuses a call.
 pub const WAITING_PER_CONNECTION: usize = 256;
 /// How many calls of all connections may wait for their credentials at once.
-pub const WAITING_ALL: usize = 512;
+pub const WAITING_ALL: usize = 4096;
 
 /// Calls in flight, counted per key (a uid, or a connection), with a bound on all of them.
 pub struct CallBudget<K> {
