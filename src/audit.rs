@@ -3,11 +3,123 @@
 //! outcome. Changes come from the core's event stream ([`spawn`]); calls that changed nothing
 //! because they were refused or failed are logged by the D-Bus dispatch ([`refused`]).
 //!
+//! Refusals are rate-limited per uid: past [`REFUSALS_PER_WINDOW`] in [`REFUSAL_WINDOW`],
+//! they are counted instead, and one line says how many were dropped
+//! (`N refusals of uid U dropped in the last T s`), so a flood of refused calls cannot flood
+//! the journal.
+//!
 //! Lines go to the target `vgpud::audit`; under systemd they are journald entries whose
 //! fields (`AUDIT_EVENT`, `DEVICE`, `GPU`, `CALLER_UID`, `CALLER_PID`, `CALLER_UNIT`, `METHOD`,
 //! `OUTCOME`) can be queried, e.g. `journalctl -u vgpud CALLER_UID=1000`.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use crate::engine::{Cause, Engine, Event, Record};
+
+/// How many refusals of one uid are logged per [`REFUSAL_WINDOW`]; the rest are counted.
+pub const REFUSALS_PER_WINDOW: u32 = 20;
+/// The window of the refusals' rate limit.
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(5);
+
+/// The refusals of one uid in its current window.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    started: Instant,
+    logged: u32,
+    dropped: u64,
+}
+
+/// What to do with one refusal.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Log it, after the summary of the window before (its count of dropped refusals and
+    /// its length) when some were dropped.
+    Log(Option<(u64, Duration)>),
+    /// Drop it; `true` for the window's first drop (the summary is then scheduled).
+    Drop(bool),
+}
+
+/// Counts one refusal of `uid` at `now`.
+fn count(windows: &mut HashMap<i64, Window>, uid: i64, now: Instant) -> Verdict {
+    if windows.len() > 4096 {
+        windows.retain(|_, w| now.duration_since(w.started) < REFUSAL_WINDOW || w.dropped > 0);
+    }
+    let w = windows.entry(uid).or_insert(Window {
+        started: now,
+        logged: 0,
+        dropped: 0,
+    });
+    let mut summary = None;
+    if now.duration_since(w.started) >= REFUSAL_WINDOW {
+        if w.dropped > 0 {
+            summary = Some((w.dropped, now.duration_since(w.started)));
+        }
+        *w = Window {
+            started: now,
+            logged: 0,
+            dropped: 0,
+        };
+    }
+    if w.logged < REFUSALS_PER_WINDOW {
+        w.logged += 1;
+        Verdict::Log(summary)
+    } else {
+        w.dropped += 1;
+        Verdict::Drop(w.dropped == 1)
+    }
+}
+
+/// Takes the count of dropped refusals of `uid` when its window is over: (count, length).
+fn take_dropped(
+    windows: &mut HashMap<i64, Window>,
+    uid: i64,
+    now: Instant,
+) -> Option<(u64, Duration)> {
+    let w = windows.get_mut(&uid)?;
+    let age = now.duration_since(w.started);
+    if w.dropped == 0 || age < REFUSAL_WINDOW {
+        return None;
+    }
+    let dropped = w.dropped;
+    windows.remove(&uid);
+    Some((dropped, age))
+}
+
+static WINDOWS: Mutex<Option<HashMap<i64, Window>>> = Mutex::new(None);
+
+fn with_windows<T>(f: impl FnOnce(&mut HashMap<i64, Window>) -> T) -> T {
+    let mut guard = WINDOWS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(guard.get_or_insert_with(HashMap::new))
+}
+
+/// The line that stands for the refusals of `uid` that were not logged.
+fn dropped_line(uid: i64, dropped: u64, over: Duration) {
+    tracing::info!(
+        target: "vgpud::audit",
+        audit_event = "refusals-dropped",
+        caller_uid = uid,
+        dropped,
+        "audit: {dropped} refusals of uid {uid} dropped in the last {} s",
+        over.as_secs().max(1)
+    );
+}
+
+/// Logs the summary of `uid`'s window once it is over, unless a later refusal did.
+fn schedule_summary(uid: i64) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        tokio::time::sleep(REFUSAL_WINDOW + Duration::from_millis(50)).await;
+        if let Some((n, over)) = with_windows(|w| take_dropped(w, uid, Instant::now())) {
+            dropped_line(uid, n, over);
+        }
+    });
+}
 
 /// What an event is, for the log: `None` for events that are no change of their own.
 fn name_of(event: &Event) -> Option<(&'static str, String, String)> {
@@ -70,10 +182,24 @@ pub fn record(r: &Record) {
     line(event, &device, &gpu, r.cause.as_deref(), "ok", &detail);
 }
 
-/// Logs a call that changed nothing: refused (`AccessDenied`) or failed (the error's name).
+/// Logs a call that changed nothing: refused (`AccessDenied`) or failed (the error's name),
+/// within the rate limit of its uid.
 pub fn refused(cause: &Cause, device: &str, outcome: &str, message: &str) {
-    let detail: String = message.chars().take(200).collect();
-    line("refused", device, "", Some(cause), outcome, &detail);
+    let uid = cause.uid.map(i64::from).unwrap_or(-1);
+    match with_windows(|w| count(w, uid, Instant::now())) {
+        Verdict::Drop(first) => {
+            if first {
+                schedule_summary(uid);
+            }
+        }
+        Verdict::Log(summary) => {
+            if let Some((n, over)) = summary {
+                dropped_line(uid, n, over);
+            }
+            let detail: String = message.chars().take(200).collect();
+            line("refused", device, "", Some(cause), outcome, &detail);
+        }
+    }
 }
 
 /// Subscribes to the engine's events and logs them as they come, on a task of its own.
@@ -84,6 +210,37 @@ pub fn spawn(engine: &Engine) -> tokio::task::JoinHandle<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_past_the_limit_are_counted_and_summed_up_once() {
+        let mut w = HashMap::new();
+        let t0 = Instant::now();
+        for _ in 0..REFUSALS_PER_WINDOW {
+            assert_eq!(count(&mut w, 65534, t0), Verdict::Log(None));
+        }
+        assert_eq!(count(&mut w, 65534, t0), Verdict::Drop(true));
+        for _ in 0..99 {
+            assert_eq!(count(&mut w, 65534, t0), Verdict::Drop(false));
+        }
+        // Another uid has its own window.
+        assert_eq!(count(&mut w, 0, t0), Verdict::Log(None));
+        // Not before the window is over.
+        assert_eq!(take_dropped(&mut w, 65534, t0), None);
+        let later = t0 + REFUSAL_WINDOW;
+        // The next refusal after the window carries the summary, and it is given once.
+        let mut again = w.clone();
+        assert_eq!(
+            count(&mut again, 65534, later),
+            Verdict::Log(Some((100, REFUSAL_WINDOW)))
+        );
+        assert_eq!(take_dropped(&mut again, 65534, later), None);
+        // Or the scheduled summary takes it first.
+        assert_eq!(
+            take_dropped(&mut w, 65534, later),
+            Some((100, REFUSAL_WINDOW))
+        );
+        assert_eq!(count(&mut w, 65534, later), Verdict::Log(None));
+    }
 
     #[test]
     fn capacity_is_no_change_of_its_own() {

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use zbus::Variant;
 
-use common::proxy::{error_message, error_name, opts};
+use common::daemon::{Daemon, Policy, TestBus, TestHost};
+use common::proxy::{error_message, error_name, opts, ManagerProxy};
 use common::setup::Setup;
 
 /// vgpud's resident memory in KiB (`VmRSS`).
@@ -287,4 +288,178 @@ async fn a_placement_asked_for_is_checked_and_taken() {
             error_message(&err)
         );
     }
+}
+
+/// The environment variable that hands the flood's bus to [`a_flood_from_nobody`].
+const FLOOD_ENV: &str = "VGPUD_TEST_FLOOD_BUS";
+/// How many calls nobody pipelines on one connection.
+const FLOOD_CALLS: usize = 600;
+
+#[tokio::test]
+async fn a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audit() {
+    if !common::skip::require_root(
+        "a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audit",
+        "to call as nobody with setpriv",
+    ) {
+        return;
+    }
+    // The system bus's policy, which lets every user connect and call vgpud, and no polkitd:
+    // vgpud refuses every user but root.
+    let host = TestHost::new(&["mixed"]);
+    let bus = TestBus::start(Policy::System);
+    let daemon = Daemon::start(&bus, &host).await;
+    // This test binary again, as nobody, for its other test: the flood itself.
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().expect("this test binary"))
+        .args([
+            "a_flood_from_nobody",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FLOOD_ENV, &bus.address)
+        .output()
+        .expect("setpriv (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "the flood did not run as nobody:\n{text}"
+    );
+    let busy: usize = text
+        .lines()
+        .find_map(|l| l.split("flood busy: ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the flood's count");
+    eprintln!("{FLOOD_CALLS} calls of nobody: {busy} answered Busy at once");
+    // Root is served meanwhile and after.
+    ManagerProxy::new(&bus.connect().await)
+        .await
+        .expect("proxy")
+        .list_gpus()
+        .await
+        .expect("root's ListGpus");
+    // Each refusal is either logged, within the rate limit of its user, or counted in one
+    // summary line (calls refused before their connection's credentials were known count
+    // as an unknown user's).
+    let count = |log: &str| {
+        let logged = log.lines().filter(|l| l.contains("audit: refused")).count();
+        let dropped: usize = log
+            .lines()
+            .filter_map(|l| l.split("audit: ").nth(1))
+            .filter_map(|l| l.split_once(" refusals of uid "))
+            .map(|(n, _)| n.parse::<usize>().expect("a count"))
+            .sum();
+        (logged, dropped)
+    };
+    let deadline = Instant::now() + vgpud::audit::REFUSAL_WINDOW + Duration::from_secs(5);
+    let (logged, dropped) = loop {
+        let (logged, dropped) = count(&daemon.log_text());
+        if logged + dropped >= FLOOD_CALLS || Instant::now() > deadline {
+            break (logged, dropped);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        logged <= 2 * vgpud::audit::REFUSALS_PER_WINDOW as usize,
+        "{logged} audit lines for {FLOOD_CALLS} refused calls of one user"
+    );
+    assert_eq!(
+        logged + dropped,
+        FLOOD_CALLS,
+        "every refusal is logged or counted as dropped ({logged} logged, {dropped} dropped)"
+    );
+}
+
+#[tokio::test]
+#[ignore = "run as nobody by a_flood_of_refused_calls_is_bounded_in_flight_and_summed_up_in_the_audit"]
+async fn a_flood_from_nobody() {
+    let Ok(address) = std::env::var(FLOOD_ENV) else {
+        return;
+    };
+    let conn = zbus::connection::Builder::address(address.as_str())
+        .build()
+        .await
+        .expect("nobody connects");
+    let m = ManagerProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("proxy");
+    // A long owner, yet within a name's length: refused for who calls, not for its size.
+    let owner = "pool-".repeat(50);
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..FLOOD_CALLS {
+        let (m, owner) = (m.clone(), owner.clone());
+        calls.spawn(async move {
+            m.create_device("mtty-1", opts(&[("owner", owner.as_str())]))
+                .await
+                .map(drop)
+        });
+    }
+    let mut busy = 0;
+    while let Some(r) = calls.join_next().await {
+        let err = r.expect("task").expect_err("nobody is refused");
+        if error_name(&err) == "org.vgpud1.Error.Busy" {
+            busy += 1;
+            assert!(
+                error_message(&err).contains("call again when one is answered"),
+                "{}",
+                error_message(&err)
+            );
+        } else {
+            // zbus folds the standard names into its own error type.
+            assert!(
+                matches!(err, zbus::Error::FDO(ref e) if matches!(**e, zbus::fdo::Error::AccessDenied(_))),
+                "{err}"
+            );
+        }
+    }
+    println!("flood busy: {busy}");
+}
+
+#[tokio::test]
+async fn owners_that_would_show_as_another_are_invalid_arguments_naming_the_character() {
+    let s = Setup::new(&["mixed"]).await;
+    let m = s.manager().await;
+    for (owner, code, at) in [
+        ("pool-day ", "U+0020", 9),
+        ("\u{2003}pool-day", "U+2003", 1),
+        ("pool-\u{202e}yad", "U+202E", 6),
+        ("pool\u{200b}-day", "U+200B", 5),
+        ("\u{feff}pool-day", "U+FEFF", 1),
+        ("pool\u{2028}day", "U+2028", 5),
+    ] {
+        let err = m
+            .create_device("mtty-1", opts(&[("owner", owner)]))
+            .await
+            .expect_err(owner);
+        assert_eq!(
+            error_name(&err),
+            "org.vgpud1.Error.InvalidArgument",
+            "{owner:?}: {}",
+            error_message(&err)
+        );
+        assert!(
+            error_message(&err).contains(&format!("{code} at character {at}")),
+            "{owner:?}: {}",
+            error_message(&err)
+        );
+    }
+    assert!(
+        m.list_devices().await.expect("ListDevices").is_empty(),
+        "no device was made"
+    );
+    let (uuid, _) = m
+        .create_device("mtty-1", opts(&[("owner", "pool day-é")]))
+        .await
+        .expect("an owner with inner spaces and accents is fine");
+    m.remove_device(&uuid, HashMap::new())
+        .await
+        .expect("remove");
 }

@@ -242,10 +242,46 @@ fn an_unreachable_vgpud_exits_6() {
     ];
     let r = run_raw(&args);
     assert_eq!(r.code, 6, "{}", r.stderr);
+    // Plain words: which bus, that its socket is missing, and what else to check.
+    for says in [
+        "cannot reach the bus at unix:path=/nonexistent/vgpuctl-test-bus",
+        "/nonexistent/vgpuctl-test-bus does not exist",
+        "systemctl status vgpud",
+        "--session",
+    ] {
+        assert!(r.stderr.contains(says), "{says:?} in {}", r.stderr);
+    }
+    assert!(
+        !r.stderr.contains("org.freedesktop.zbus.Error"),
+        "no made-up D-Bus error name: {}",
+        r.stderr
+    );
     golden.push_str(&format!(
         "$ vgpuctl {}\nexit 6\n{}\n",
         args.join(" "),
         r.stderr
+    ));
+    // The system bus, where none is (DBUS_SYSTEM_BUS_ADDRESS is how zbus and vgpuctl find it).
+    let out = Command::new(vgpuctl())
+        .arg("gpus")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/system-bus",
+        )
+        .output()
+        .expect("run vgpuctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    for says in [
+        "cannot reach the system bus (unix:path=/nonexistent/system-bus)",
+        "systemctl status dbus",
+        "systemctl status vgpud",
+        "--session, or --address ADDRESS",
+    ] {
+        assert!(stderr.contains(says), "{says:?} in {stderr}");
+    }
+    golden.push_str(&format!(
+        "$ DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent/system-bus vgpuctl gpus\nexit 6\n{stderr}\n"
     ));
     // A bus where nobody owns org.vgpud1.
     let bus = TestBus::start(Policy::Open);
@@ -259,10 +295,15 @@ fn an_unreachable_vgpud_exits_6() {
         let r = run_raw(&all);
         assert_eq!(r.code, 6, "{cmd:?}: {}", r.stderr);
         assert!(r.stdout.is_empty());
+        let stderr = r.stderr.replace(&bus.address, "<bus>");
+        assert!(
+            stderr.starts_with("vgpuctl: vgpud is not running on the bus at <bus>")
+                && stderr.contains("systemctl status vgpud"),
+            "{cmd:?}: {stderr}"
+        );
         golden.push_str(&format!(
-            "$ vgpuctl --address <bus> {}\nexit 6\n{}\n",
+            "$ vgpuctl --address <bus> {}\nexit 6\n{stderr}\n",
             cmd.join(" "),
-            r.stderr
         ));
     }
     assert_golden("vgpuctl/errors-unreachable.txt", golden);

@@ -22,13 +22,16 @@ mod trace;
 
 #[path = "../common/bus.rs"]
 mod bus;
+#[path = "../common/daemon.rs"]
+#[allow(dead_code)]
+mod daemon;
 
 use std::collections::HashMap;
 
 use bus::{start_bus, Bus};
-use std::os::unix::net::UnixDatagram;
+use daemon::{bench_host, median, ms, percentile, rss_kib, start_daemon_bin, BenchHost, Daemon};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use vgpud::host::Host;
@@ -42,65 +45,6 @@ const TYPE: &str = "RTX8000-2Q";
 /// a sixth, so placement decides what is refused.
 const MEAN_SESSION_HOURS: f64 = 0.2;
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// A simulated host: `sys`, `dev`, `run` on tmpfs; `etc`, `var` on disk.
-struct BenchHost {
-    _mem: tempfile::TempDir,
-    _disk: tempfile::TempDir,
-    root: PathBuf,
-}
-
-fn bench_host(profile: &str) -> BenchHost {
-    let mem_base = if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let disk_base = std::env::var("VGPUD_BENCH_DISK")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| std::env::temp_dir());
-    let mem = tempfile::tempdir_in(mem_base).expect("tmpfs dir");
-    let disk = tempfile::tempdir_in(disk_base).expect("disk dir");
-    let root = mem.path().join("host");
-    std::fs::create_dir_all(&root).expect("root");
-    for d in ["etc", "var"] {
-        std::fs::create_dir_all(disk.path().join(d)).expect("disk dir");
-        std::os::unix::fs::symlink(disk.path().join(d), root.join(d)).expect("link");
-    }
-    vgpud::simulate::write_profile(profile, &root).expect("profile");
-    BenchHost {
-        _mem: mem,
-        _disk: disk,
-        root,
-    }
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts vgpud and waits for READY=1 on a notify socket of our own: (daemon, ms to READY).
 /// The vgpud the storms run instead of this build's (the baseline's, for a while).
 static DAEMON: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
@@ -119,42 +63,9 @@ fn set_daemon(path: Option<PathBuf>) {
     }
 }
 
+/// Starts the vgpud the storms run and waits for READY=1: (daemon, ms to READY).
 fn start_daemon(root: &Path, bus: &Bus, dir: &Path) -> (Daemon, f64) {
-    let notify = dir.join(format!("notify-{}", uuid::Uuid::new_v4()));
-    let sock = UnixDatagram::bind(&notify).expect("notify socket");
-    sock.set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    let started = Instant::now();
-    let child = Command::new(daemon_bin())
-        .arg("--root")
-        .arg(root)
-        .arg("--simulate")
-        .arg("--bus-address")
-        .arg(&bus.1)
-        .env("VGPUD_LOG", "warn")
-        .env("NOTIFY_SOCKET", &notify)
-        .spawn()
-        .expect("vgpud");
-    let mut buf = [0u8; 4096];
-    loop {
-        let n = sock.recv(&mut buf).expect("READY from vgpud");
-        if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
-            break;
-        }
-    }
-    (Daemon(child), ms(started.elapsed()))
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
+    start_daemon_bin(&daemon_bin(), root, &bus.1, dir, "warn", None)
 }
 
 struct Storm {

@@ -7,8 +7,8 @@
 //! The caller's identity (uid, pid, systemd unit) is read once per connection from the bus
 //! (`GetConnectionCredentials`), for the refusal messages and the audit log.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zbus::message::{Flags, Header};
@@ -73,12 +73,18 @@ pub struct Caller {
 const KEEP: Duration = Duration::from_secs(5);
 /// At most this many answers are kept; past it, expired ones are dropped first.
 const KEEP_MAX: usize = 4096;
+/// How long a connection's credentials are kept: they cannot change while it lives, and
+/// asking the bus again under a flood would make every call wait for the flooded bus.
+const CALLER_KEEP: Duration = Duration::from_secs(300);
 
 /// The authorization check shared by every method.
 pub struct Access {
     conn: Connection,
     answers: Mutex<HashMap<(String, Action), (Instant, bool)>>,
     callers: Mutex<HashMap<String, (Instant, Caller)>>,
+    /// Lookups of credentials under way, one per connection: the calls a connection pipelines
+    /// before its credentials are known wait for one question to the bus, not one each.
+    looking_up: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Caller>>>>,
     authority: Mutex<Option<AuthorityProxy<'static>>>,
 }
 
@@ -104,6 +110,7 @@ impl Access {
             conn,
             answers: Mutex::new(HashMap::new()),
             callers: Mutex::new(HashMap::new()),
+            looking_up: Mutex::new(HashMap::new()),
             authority: Mutex::new(None),
         }
     }
@@ -205,13 +212,41 @@ impl Access {
         let Some(name) = header.sender().map(|s| s.to_string()) else {
             return Caller::default();
         };
-        if let Some((at, c)) = lock(&self.callers).get(&name) {
-            if at.elapsed() < KEEP {
-                return c.clone();
-            }
+        if let Some(c) = self.cached_caller(header) {
+            return c;
         }
+        let cell = {
+            let mut pending = lock(&self.looking_up);
+            if pending.len() >= KEEP_MAX {
+                pending.clear();
+            }
+            pending.entry(name.clone()).or_default().clone()
+        };
+        let caller = cell
+            .get_or_init(|| self.look_up(name.clone()))
+            .await
+            .clone();
+        let mut pending = lock(&self.looking_up);
+        if pending.get(&name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            pending.remove(&name);
+            keep(&mut lock(&self.callers), name, caller.clone());
+        }
+        caller
+    }
+
+    /// The caller of a message when its connection's credentials are known already.
+    pub fn cached_caller(&self, header: &Header<'_>) -> Option<Caller> {
+        let name = header.sender()?;
+        lock(&self.callers)
+            .get(name.as_str())
+            .filter(|(at, _)| at.elapsed() < CALLER_KEEP)
+            .map(|(_, c)| c.clone())
+    }
+
+    /// Asks the bus for the credentials of the connection `name`.
+    async fn look_up(&self, name: String) -> Caller {
         let mut caller = Caller {
-            name: name.clone(),
+            name,
             ..Caller::default()
         };
         let dbus = zbus::fdo::DBusProxy::builder(&self.conn)
@@ -219,7 +254,7 @@ impl Access {
             .build()
             .await;
         if let Ok(dbus) = dbus {
-            if let Ok(bus_name) = zbus::names::BusName::try_from(name.as_str()) {
+            if let Ok(bus_name) = zbus::names::BusName::try_from(caller.name.as_str()) {
                 if let Ok(creds) = dbus.get_connection_credentials(bus_name).await {
                     caller.uid = creds.unix_user_id();
                     caller.pid = creds.process_id();
@@ -227,7 +262,6 @@ impl Access {
             }
         }
         caller.unit = caller.pid.and_then(unit_of);
-        keep(&mut lock(&self.callers), name, caller.clone());
         caller
     }
 }
@@ -256,6 +290,122 @@ pub fn call_guard(access: std::sync::Arc<Access>) -> zbus::object_server::CallGu
             Ok(())
         })
     })
+}
+
+/// How many calls of one user (by uid) may be in flight at once. A call past it is answered
+/// `Busy` at once, before any work is done for it, so a flood of calls (refused ones
+/// included) costs vgpud a bounded amount of memory and time however many are sent.
+pub const CALLS_PER_UID: usize = 64;
+/// Root's own budget: its calls never count against the others', so others cannot starve
+/// it, and a broker running as root may storm (the engine queues its calls fairly).
+pub const CALLS_OF_ROOT: usize = 1024;
+/// How many calls of one connection may wait while its credentials are asked of the bus
+/// (its first calls, pipelined); the rest are answered `Busy` at once. The system bus lets
+/// a connection await 128 replies at most, so there this never refuses a call.
+pub const WAITING_PER_CONNECTION: usize = 256;
+/// How many calls of all connections may wait for their credentials at once.
+pub const WAITING_ALL: usize = 4096;
+
+/// Calls in flight, counted per key (a uid, or a connection), with a bound on all of them.
+pub struct CallBudget<K> {
+    in_flight: Mutex<(BTreeMap<K, usize>, usize)>,
+}
+
+/// The calls in flight per uid (`None`: credentials unknown, one shared budget).
+pub static CALLS: CallBudget<Option<u32>> = CallBudget::new();
+/// The calls waiting for their connection's credentials, per connection.
+pub static WAITING: CallBudget<String> = CallBudget::new();
+
+/// One call in flight, counted against its key until dropped.
+pub struct CallSlot<K: Ord + 'static> {
+    budget: &'static CallBudget<K>,
+    key: K,
+}
+
+impl<K: Ord + Clone> CallBudget<K> {
+    /// An empty budget.
+    pub const fn new() -> Self {
+        CallBudget {
+            in_flight: Mutex::new((BTreeMap::new(), 0)),
+        }
+    }
+
+    /// A slot for one more call of `key`, or `None` when `key` has `each` in flight or all
+    /// keys together have `all`.
+    pub fn take(&'static self, key: &K, each: usize, all: usize) -> Option<CallSlot<K>> {
+        let mut guard = lock(&self.in_flight);
+        let (map, total) = &mut *guard;
+        let n = map.entry(key.clone()).or_insert(0);
+        if *n >= each || *total >= all {
+            if *n == 0 {
+                map.remove(key);
+            }
+            return None;
+        }
+        *n += 1;
+        *total += 1;
+        Some(CallSlot {
+            budget: self,
+            key: key.clone(),
+        })
+    }
+
+    /// How many calls of `key` are in flight.
+    pub fn in_flight(&self, key: &K) -> usize {
+        lock(&self.in_flight).0.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl CallBudget<Option<u32>> {
+    /// A slot for one more call of `caller`, or `Busy` when its uid has its limit in flight
+    /// ([`CALLS_OF_ROOT`] for root, [`CALLS_PER_UID`] for any other).
+    pub fn take_for(&'static self, caller: &Caller) -> Result<CallSlot<Option<u32>>> {
+        let limit = if caller.uid == Some(0) {
+            CALLS_OF_ROOT
+        } else {
+            CALLS_PER_UID
+        };
+        self.take(&caller.uid, limit, usize::MAX).ok_or_else(|| {
+            Error::Busy(format!(
+                "{} has {limit} calls to vgpud in flight, the most taken at once from one user; call again when one is answered",
+                describe(caller)
+            ))
+        })
+    }
+}
+
+impl CallBudget<String> {
+    /// A slot for one more call of the connection `name` waiting for its credentials, or
+    /// `Busy`.
+    pub fn take_waiting(&'static self, name: &str) -> Result<CallSlot<String>> {
+        self.take(&name.to_string(), WAITING_PER_CONNECTION, WAITING_ALL)
+            .ok_or_else(|| {
+                Error::Busy(format!(
+                    "connection {} has {WAITING_PER_CONNECTION} calls waiting to learn who it is, or vgpud has {WAITING_ALL} such calls; call again when one is answered",
+                    name.chars().take(32).collect::<String>()
+                ))
+            })
+    }
+}
+
+impl<K: Ord + Clone> Default for CallBudget<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Ord + 'static> Drop for CallSlot<K> {
+    fn drop(&mut self) {
+        let mut guard = lock(&self.budget.in_flight);
+        let (map, total) = &mut *guard;
+        *total = total.saturating_sub(1);
+        if let Some(n) = map.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// A caller in a message: `uid 1000 (pid 4242, unit ovirt-vdsm.service)`.
@@ -315,6 +465,63 @@ mod tests {
         );
         assert_eq!(unit_from_cgroup("0::/\n"), None);
         assert_eq!(unit_from_cgroup("12:pids:/x\n"), None);
+    }
+
+    #[test]
+    fn a_uid_past_its_calls_in_flight_is_busy_and_root_has_its_own_budget() {
+        static BUDGET: CallBudget<Option<u32>> = CallBudget::new();
+        let nobody = Caller {
+            name: ":1.9".into(),
+            uid: Some(65534),
+            ..Caller::default()
+        };
+        let root = Caller {
+            name: ":1.10".into(),
+            uid: Some(0),
+            ..Caller::default()
+        };
+        let mut held: Vec<_> = (0..CALLS_PER_UID)
+            .map(|_| BUDGET.take_for(&nobody).expect("within the budget"))
+            .collect();
+        let e = BUDGET.take_for(&nobody).err().expect("past the budget");
+        assert_eq!(e.name(), "org.vgpud1.Error.Busy");
+        assert!(
+            e.message().contains("uid 65534 has 64 calls"),
+            "{}",
+            e.message()
+        );
+        // Root is not starved by nobody's calls, nor is another connection of nobody's
+        // counted apart from the first.
+        let roots: Vec<_> = (0..CALLS_OF_ROOT)
+            .map(|_| BUDGET.take_for(&root).expect("root's own budget"))
+            .collect();
+        assert!(BUDGET.take_for(&root).is_err());
+        drop(roots);
+        assert_eq!(BUDGET.in_flight(&Some(0)), 0);
+        // A call answered frees its slot.
+        held.pop();
+        let again = BUDGET.take_for(&nobody).expect("a slot was freed");
+        assert_eq!(BUDGET.in_flight(&Some(65534)), CALLS_PER_UID);
+        drop(again);
+        drop(held);
+        assert_eq!(BUDGET.in_flight(&Some(65534)), 0);
+    }
+
+    #[test]
+    fn few_calls_of_a_connection_wait_for_its_credentials_and_all_are_bounded() {
+        static WAIT: CallBudget<String> = CallBudget::new();
+        let first: Vec<_> = (0..WAITING_PER_CONNECTION)
+            .map(|_| WAIT.take_waiting(":1.7").expect("waits"))
+            .collect();
+        let e = WAIT.take_waiting(":1.7").err().expect("past the bound");
+        assert_eq!(e.name(), "org.vgpud1.Error.Busy");
+        // Another connection has its own, within the bound on all.
+        let other = WAIT.take_waiting(":1.8").expect("another connection");
+        assert!(WAIT
+            .take(&":1.9".to_string(), 10, WAITING_PER_CONNECTION + 1)
+            .is_none());
+        drop((first, other));
+        assert_eq!(WAIT.in_flight(&":1.7".to_string()), 0);
     }
 
     #[test]

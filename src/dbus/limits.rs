@@ -56,12 +56,22 @@ pub fn options(method: &str, options: &Options) -> Result<()> {
     }
     for (key, value) in options {
         string(method, "an option name", key, OPTION_KEY)?;
-        plain(method, key, value)?;
+        plain(method, key, value, option_max(key))?;
     }
     Ok(())
 }
 
-fn plain(method: &str, key: &str, value: &OwnedVariant) -> Result<()> {
+/// The longest value of a string option: a name or a UUID is held to its own limit, so a
+/// caller's 4 KB owner is refused at the door, before it is asked who it is.
+fn option_max(key: &str) -> usize {
+    match key {
+        "owner" | "parent" => NAME,
+        "uuid" => UUID,
+        _ => OPTION_STRING,
+    }
+}
+
+fn plain(method: &str, key: &str, value: &OwnedVariant, max: usize) -> Result<()> {
     let sig = value.value_signature().to_string();
     let shown: String = key.chars().take(OPTION_KEY).collect();
     match sig.as_str() {
@@ -69,7 +79,7 @@ fn plain(method: &str, key: &str, value: &OwnedVariant) -> Result<()> {
             let s: &str = value
                 .downcast_ref()
                 .map_err(|e| Error::InvalidArgument(format!("option {shown:?}: {e}")))?;
-            string(method, &format!("option {shown:?}"), s, OPTION_STRING)
+            string(method, &format!("option {shown:?}"), s, max)
         }
         "b" | "y" | "n" | "q" | "i" | "u" | "x" | "t" | "d" => Ok(()),
         _ => Err(Error::InvalidArgument(format!(
@@ -103,10 +113,7 @@ mod tests {
 
     #[test]
     fn huge_many_or_nested_options_are_refused() {
-        let big = opts(vec![(
-            "owner",
-            Variant::from("x".repeat(OPTION_STRING + 1)),
-        )]);
+        let big = opts(vec![("disk", Variant::from("x".repeat(OPTION_STRING + 1)))]);
         let e = options("CreateDevice", &big).expect_err("long");
         assert!(e.to_string().contains("at most 4096"), "{e}");
         let many = (0..=OPTIONS)
@@ -118,6 +125,9 @@ mod tests {
             })
             .collect::<Options>();
         assert!(options("CreateDevice", &many).is_err());
+        let owner = opts(vec![("owner", Variant::from("o".repeat(NAME + 1)))]);
+        let e = options("CreateDevice", &owner).expect_err("an owner past a name's length");
+        assert!(e.to_string().contains("at most 256"), "{e}");
         let nested = opts(vec![("owner", Variant::from(vec!["a", "b"]))]);
         let e = options("CreateDevice", &nested).expect_err("array");
         assert!(e.to_string().contains("of type as"), "{e}");

@@ -41,7 +41,8 @@ pub use error::{EngineError, EngineResult, Refusal};
 pub use events::{with_cause, Cause, Event, EventBus, Origin, Record, Subscription};
 pub use reconcile::{plan_restore, GpuRestore, RestoreReport, RestoreStep, Stage};
 pub use request::{
-    parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy, MAX_NAME_LEN, MAX_PARAMS_LEN,
+    check_owner, is_invisible, parse_uuid, CreateRequest, HostdevOptions, ModifyRequest, Policy,
+    MAX_NAME_LEN, MAX_PARAMS_LEN,
 };
 pub use type_info::{GvtgInfo, TypeInfo};
 

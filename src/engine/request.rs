@@ -136,7 +136,7 @@ impl CreateRequest {
                 )));
             }
         }
-        check_text("owner", &self.owner, MAX_NAME_LEN, true)?;
+        check_owner("owner", &self.owner).map_err(EngineError::InvalidArgument)?;
         if let Some(params) = &self.params {
             check_text("params", params, MAX_PARAMS_LEN, false)?;
         }
@@ -183,6 +183,47 @@ pub(super) fn check_name(what: &str, value: &str) -> EngineResult<()> {
 /// A free string of at most `max` bytes without control characters.
 pub(super) fn check_len(what: &str, value: &str, max: usize) -> EngineResult<()> {
     check_text(what, value, max, false)
+}
+
+/// Characters that change how text shows without showing themselves: the Unicode format
+/// characters (general category Cf: zero-width and joiner characters, bidirectional marks,
+/// embeddings, overrides and isolates, the BOM) and the line and paragraph separators.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
+/// An owner tag, the rule of domain names (an owner is often one): empty (no owner) or at
+/// most [`MAX_NAME_LEN`] bytes, without white space at either end, control characters or
+/// invisible ones ([`is_invisible`]), so that what `vgpuctl devices` shows is the tag itself.
+/// The message names the first offending character by its code point and position.
+pub fn check_owner(what: &str, value: &str) -> Result<(), String> {
+    if value.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "{what} is {} bytes long; at most {MAX_NAME_LEN} are accepted",
+            value.len()
+        ));
+    }
+    let last = value.chars().count();
+    for (i, c) in value.chars().enumerate() {
+        let why = if c.is_control() {
+            "a control character"
+        } else if is_invisible(c) {
+            "an invisible or bidirectional formatting character"
+        } else if c.is_whitespace() && (i == 0 || i + 1 == last) {
+            "white space at its start or end"
+        } else {
+            continue;
+        };
+        return Err(format!(
+            "{what} {:?} has {why}, U+{:04X} at character {}",
+            shorten(value),
+            u32::from(c),
+            i + 1
+        ));
+    }
+    Ok(())
 }
 
 fn check_text(what: &str, value: &str, max: usize, empty_ok: bool) -> EngineResult<()> {
@@ -249,6 +290,32 @@ mod tests {
         let mut r = req("ok");
         r.params = Some("a=1\n".into());
         assert!(r.validate().is_err());
+    }
+
+    #[test]
+    fn owners_with_invisible_characters_or_outer_spaces_are_refused_by_position() {
+        for (owner, code, at) in [
+            ("pool-day ", "U+0020", 9),
+            (" pool-day", "U+0020", 1),
+            ("pool\u{202e}yad", "U+202E", 5),
+            ("pool\u{200b}-day", "U+200B", 5),
+            ("\u{feff}pool-day", "U+FEFF", 1),
+            ("pool\u{2028}day", "U+2028", 5),
+            ("pool\tday", "U+0009", 5),
+        ] {
+            let mut r = req("ok");
+            r.owner = owner.into();
+            let e = r.validate().expect_err(owner).to_string();
+            assert!(
+                e.contains(code) && e.contains(&format!("at character {at}")),
+                "{owner:?}: {e}"
+            );
+        }
+        for owner in ["", "pool-day", "win10 vm", "vm-é", "ovirt/vm-1"] {
+            let mut r = req("ok");
+            r.owner = owner.into();
+            r.validate().expect(owner);
+        }
     }
 
     #[test]

@@ -289,6 +289,7 @@ fn check(layout: &Layout) -> Result<(), String> {
         for d in &g.devices {
             check_string(&format!("{at}: a device type"), &d.type_query)?;
             check_string(&format!("{at}: a device owner"), &d.owner)?;
+            crate::engine::check_owner(&format!("{at}: a device owner"), &d.owner)?;
             if let Some(p) = &d.params {
                 check_string(&format!("{at}: device params"), p)?;
             }
@@ -362,6 +363,8 @@ gpu_instances = ["3g.71gb", "3g.71gb"]
             ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 5000, owner = \"p\" }]\n", "above"),
             ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1, owner = \"\" }]\n", "owner"),
             ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1000, owner = \"p\" }, { type = \"x\", count = 1000, owner = \"q\" }]\n", "2000 devices made, above 1024"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1, owner = \"pool-day \" }]\n", "U+0020 at character 9"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1, owner = \"pool\\u202Eday\" }]\n", "U+202E at character 5"),
             ("[[gpu]]\nmodel = \"m\"\nmig = false\ngpu_instances = [\"1g.18gb\"]\n", "mig = true"),
             ("[[gpu]]\nmodel = \"m\"\nvfs = -1\n", ""),
         ] {

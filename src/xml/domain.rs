@@ -584,12 +584,10 @@ pub fn check_domain_name(name: &str) -> Result<(), XmlError> {
     Err(invalid("name", name, reason))
 }
 
-/// Unicode format characters (general category Cf) that change how text shows: zero-width
-/// and joiner characters, bidirectional marks, embeddings, overrides and isolates, the BOM.
+/// Characters that change how text shows without showing themselves (the engine's rule,
+/// which owner tags follow too).
 fn is_format_char(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+    crate::engine::is_invisible(c)
 }
 
 fn invalid(field: &'static str, value: &str, reason: &str) -> XmlError {

@@ -139,6 +139,10 @@ impl Error {
             Error::NoCapacity(_) | Error::Exists(_) | Error::Busy(_) | Error::NeedsReset(_) => {
                 ErrorClass::Conflict
             }
+            // vgpud answers this at once when it has too many calls to answer: retry later.
+            Error::Other { name, .. } if name == "org.freedesktop.DBus.Error.LimitsExceeded" => {
+                ErrorClass::Conflict
+            }
             Error::NotSupported(_)
             | Error::Unsafe(_)
             | Error::Failed(_)
@@ -257,5 +261,10 @@ mod tests {
             ErrorClass::Unreachable
         );
         assert_eq!(class("org.vgpud1.Error.Failed"), ErrorClass::Host);
+        assert_eq!(
+            class("org.freedesktop.DBus.Error.LimitsExceeded"),
+            ErrorClass::Conflict
+        );
+        assert_eq!(class("org.vgpud1.Error.Busy"), ErrorClass::Conflict);
     }
 }

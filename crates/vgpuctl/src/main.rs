@@ -57,13 +57,106 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let bus = match (&cli.address, cli.session) {
+        (Some(a), _) => BusChoice::Address(a.clone()),
+        (None, true) => BusChoice::Session,
+        (None, false) => BusChoice::System,
+    };
+    match runtime.block_on(run(cli, &bus)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("vgpuctl: {}: {}", e.name(), e.message());
+            match unreachable(&e, &bus) {
+                Some(text) => eprintln!("vgpuctl: {text}"),
+                None => eprintln!("vgpuctl: {}: {}", e.name(), e.message()),
+            }
             ExitCode::from(exit_code(e.class()))
         }
     }
+}
+
+/// The system bus's address when `DBUS_SYSTEM_BUS_ADDRESS` does not say another.
+const SYSTEM_BUS: &str = "unix:path=/var/run/dbus/system_bus_socket";
+
+/// The bus vgpuctl asked, in words, with its address.
+fn bus_words(bus: &BusChoice) -> String {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match bus {
+        BusChoice::System => format!(
+            "the system bus ({})",
+            var("DBUS_SYSTEM_BUS_ADDRESS").unwrap_or_else(|| SYSTEM_BUS.into())
+        ),
+        BusChoice::Session => format!(
+            "the session bus ({})",
+            var("DBUS_SESSION_BUS_ADDRESS")
+                .unwrap_or_else(|| "DBUS_SESSION_BUS_ADDRESS is not set".into())
+        ),
+        BusChoice::Address(a) => format!("the bus at {a}"),
+    }
+}
+
+/// What an unreachable vgpud means, in plain words with what to check: no bus there, or no
+/// vgpud on it. `None` for any other error.
+fn unreachable(e: &Error, bus: &BusChoice) -> Option<String> {
+    let words = bus_words(bus);
+    let other = match bus {
+        BusChoice::System => "If vgpud serves another bus, name it: --session, or --address ADDRESS",
+        BusChoice::Session => "Unless told otherwise, vgpud serves the system bus: leave out --session, or name its bus with --address ADDRESS",
+        BusChoice::Address(_) => "Without --address, vgpuctl asks the system bus (with --session, the session bus)",
+    };
+    match e {
+        Error::NotRunning { name, .. }
+            if name.ends_with(".ServiceUnknown") || name.ends_with(".NameHasNoOwner") =>
+        {
+            Some(format!(
+                "vgpud is not running on {words}: nothing there owns org.vgpud1 ({name}).\n  \
+                 Is vgpud started? See `systemctl status vgpud` (and `journalctl -u vgpud`).\n  \
+                 Is it on another bus? {other}."
+            ))
+        }
+        Error::Bus(z) => {
+            let reason = z.to_string();
+            // zbus says "failed to connect to `ADDRESS`: why"; the address is said already.
+            let reason = reason
+                .rsplit_once("`: ")
+                .map_or(reason.as_str(), |(_, r)| r);
+            let socket = socket_of(bus);
+            let there = match &socket {
+                Some(p) if !std::path::Path::new(p).exists() => {
+                    format!("{p} does not exist, so no bus listens there")
+                }
+                Some(p) => format!("{p} exists, yet the bus did not let vgpuctl in"),
+                None => "the address may be wrong".into(),
+            };
+            let dbus = if matches!(bus, BusChoice::System) {
+                " (is D-Bus running? `systemctl status dbus`)"
+            } else {
+                ""
+            };
+            Some(format!(
+                "cannot reach {words}: {reason}.\n  \
+                 Is the bus there? {there}{dbus}.\n  \
+                 Is vgpud running? See `systemctl status vgpud`.\n  \
+                 Is it on another bus? {other}."
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The socket path of a `unix:path=` address.
+fn socket_of(bus: &BusChoice) -> Option<String> {
+    let address = match bus {
+        BusChoice::System => std::env::var("DBUS_SYSTEM_BUS_ADDRESS")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| SYSTEM_BUS.into()),
+        BusChoice::Session => std::env::var("DBUS_SESSION_BUS_ADDRESS").ok()?,
+        BusChoice::Address(a) => a.clone(),
+    };
+    let rest = address.split(';').next()?.strip_prefix("unix:")?;
+    rest.split(',')
+        .find_map(|kv| kv.strip_prefix("path="))
+        .map(str::to_string)
 }
 
 /// The exit code of a class of failure (`vgpuctl --help` lists them).
@@ -153,13 +246,8 @@ fn done(pairs: &[(&str, serde_json::Value)]) -> BTreeMap<String, serde_json::Val
         .collect()
 }
 
-async fn run(cli: Cli) -> Result<u8> {
-    let bus = match (&cli.address, cli.session) {
-        (Some(a), _) => BusChoice::Address(a.clone()),
-        (None, true) => BusChoice::Session,
-        (None, false) => BusChoice::System,
-    };
-    let client = Client::connect(&bus).await?;
+async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
+    let client = Client::connect(bus).await?;
     let j = cli.json;
     let text = match cli.command {
         Command::Gpus { show: None } => gpus(&client, j).await?,

@@ -143,10 +143,26 @@ pub fn count(n: u32) -> String {
     }
 }
 
-/// An empty string as `-`.
+/// An empty string as `-`; any other as [`shown`].
 pub fn dash(s: &str) -> String {
     if s.is_empty() {
         "-".into()
+    } else {
+        shown(s)
+    }
+}
+
+/// Text from the daemon as it shows: unchanged when every character shows as itself, else
+/// quoted with the hidden ones escaped (`"pool-day "`, `"pool\u{202e}yad"`), so that a tag with
+/// white space at an end, or an invisible or bidirectional character, cannot pass for another.
+pub fn shown(s: &str) -> String {
+    let hidden = |c: char| {
+        c != ' '
+            && (c.is_whitespace() || c.is_control() || c.escape_debug().len() > 1)
+            && !matches!(c, '"' | '\'' | '\\')
+    };
+    if s.trim() != s || s.chars().any(hidden) {
+        format!("{s:?}")
     } else {
         s.into()
     }
@@ -206,6 +222,20 @@ mod tests {
         let mut t = Table::new(&["A", "LONG HEADER", "C"]);
         t.row(vec!["wide cell".into(), "x".into(), "".into()]);
         assert_eq!(t.render(), "A          LONG HEADER  C\nwide cell  x\n");
+    }
+
+    #[test]
+    fn hidden_characters_and_outer_spaces_are_shown_escaped() {
+        assert_eq!(dash("pool-day"), "pool-day");
+        assert_eq!(dash("win10 vm-é \"x\""), "win10 vm-é \"x\"");
+        assert_eq!(dash("pool-day "), "\"pool-day \"");
+        assert_eq!(dash(" pool-day"), "\" pool-day\"");
+        assert_eq!(dash("pool\u{202e}yad"), "\"pool\\u{202e}yad\"");
+        assert_eq!(dash("pool\u{200b}-day"), "\"pool\\u{200b}-day\"");
+        assert_eq!(dash("\u{feff}pool-day"), "\"\\u{feff}pool-day\"");
+        assert_eq!(dash("pool\u{2028}day"), "\"pool\\u{2028}day\"");
+        assert_eq!(dash("a\tb"), "\"a\\tb\"");
+        assert_eq!(dash(""), "-");
     }
 
     #[test]

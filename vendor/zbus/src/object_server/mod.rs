@@ -105,6 +105,9 @@ pub struct ObjectServer {
     conn: WeakConnection,
     root: Arc<RwLock<Node>>,
     guard: Arc<OnceLock<CallGuard>>,
+    // vgpud patch: the method calls being dispatched, each a task that holds its message
+    // until its reply is sent.
+    dispatched: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A check every method call passes before it is dispatched to its interface (vgpud patch):
@@ -127,6 +130,33 @@ impl std::fmt::Debug for ObjectServer {
     }
 }
 
+/// vgpud patch: at most this many method calls are dispatched at once. Past it a call is
+/// answered `org.freedesktop.DBus.Error.LimitsExceeded` at once, by the dispatcher itself,
+/// so a flood of calls (whose replies wait for a flooded bus) holds bounded memory instead
+/// of one task per call.
+const MAX_DISPATCHED: usize = 4096;
+
+/// vgpud patch: one dispatched call, counted until dropped.
+struct Dispatched(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Dispatched {
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_DISPATCHED).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Dispatched(count.clone()))
+    }
+}
+
+impl Drop for Dispatched {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 impl ObjectServer {
     /// Create a new D-Bus `ObjectServer`.
     pub(crate) fn new(conn: &Connection) -> Self {
@@ -136,6 +166,7 @@ impl ObjectServer {
                 "/".try_into().expect("zvariant bug"),
             ))),
             guard: Arc::new(OnceLock::new()),
+            dispatched: Default::default(),
         }
     }
 
@@ -536,11 +567,18 @@ impl ObjectServer {
         };
 
         if with_spawn {
+            let Some(dispatched) = Dispatched::take(&self.dispatched) else {
+                return Err(fdo::Error::LimitsExceeded(format!(
+                    "{MAX_DISPATCHED} calls are being answered; call again when one is"
+                ))
+                .into());
+            };
             let task_name = format!("`{msg}` method dispatcher");
             let runtime = connection.runtime().clone();
             let connection = connection.clone();
             let msg = msg.clone();
             let dispatch = async move {
+                let _dispatched = dispatched;
                 let server = connection.object_server();
                 let hdr = msg.header();
                 if let Err(e) = server
