@@ -162,6 +162,17 @@ impl PowerCut {
         Ok(())
     }
 
+    /// [`PowerCut::gate`] for a call that names its path in its error; the state locked.
+    fn gated(&self, action: &'static str, path: &Path) -> PersistResult<MutexGuard<'_, State>> {
+        let mut st = self.lock();
+        self.gate(&mut st).map_err(|source| PersistError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(st)
+    }
+
     /// The power goes off at the `n`th call of the seam from now (1: the next).
     pub fn cut_after(&self, n: u64) {
         let mut st = self.lock();
@@ -271,12 +282,7 @@ impl Storage for PowerCut {
     }
 
     fn sync_dir(&self, dir: &Path) -> PersistResult<()> {
-        let mut st = self.lock();
-        self.gate(&mut st).map_err(|source| PersistError::Io {
-            action: "syncing directory",
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let mut st = self.gated("syncing directory", dir)?;
         if Some(dir) == self.journal.parent() {
             st.journal_named = self.journal.exists();
         }
@@ -293,12 +299,7 @@ impl Storage for PowerCut {
     }
 
     fn replace(&self, path: &Path, content: Vec<u8>) -> PersistResult<()> {
-        let mut st = self.lock();
-        self.gate(&mut st).map_err(|source| PersistError::Io {
-            action: "replacing",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let mut st = self.gated("replacing", path)?;
         let len = content.len() as u64;
         Disk.replace(path, content)?;
         if path == self.journal {
