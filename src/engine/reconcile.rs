@@ -283,6 +283,16 @@ impl Engine {
                 self.persist_new(dev, owner, params.as_deref(), *persistent, *autostart)?;
                 Ok("the device exists, so the create was completed")
             }
+            // Its commit landed (acknowledged, and synced), and then the host lost the device:
+            // a power cut, whose reboot takes the device but not what was committed.
+            (
+                Operation::Create {
+                    persistent: true, ..
+                },
+                None,
+            ) if self.committed(uuid) => {
+                Ok("the device was defined and recorded before the host lost it; it stays defined")
+            }
             (Operation::Create { .. }, None) => {
                 self.remove_definitions_of(uuid)?;
                 state::remove(&self.host, uuid).map_err(persist_err("forgetting"))?;
@@ -371,6 +381,12 @@ impl Engine {
     fn info_from_disk(&self, uuid: &str, parent: &str) -> Option<DeviceInfo> {
         let def = mdevctl::read(&self.host, parent, uuid).ok().flatten()?;
         Some(self.describe_defined(&def, None))
+    }
+
+    /// Whether a create's commit landed: the device's definition and record are on disk.
+    fn committed(&self, uuid: &str) -> bool {
+        std::fs::symlink_metadata(state::path(&self.host, uuid)).is_ok()
+            && mdevctl::read_all(&self.host).is_ok_and(|d| d.defined.iter().any(|d| d.uuid == uuid))
     }
 
     fn remove_definitions_of(&self, uuid: &str) -> EngineResult<()> {

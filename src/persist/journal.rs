@@ -15,7 +15,11 @@
 //! flight syncs for everyone appended so far; the others wait for it), and the files are then
 //! written in place of the journal's entries, in commit order, without a sync of their own
 //! (definitions through a temporary file and a rename, so that mdevctl and libvirt never read
-//! half of one). Many definitions and records thus cost one wait for the disk.
+//! half of one). Many definitions and records thus cost one wait for the disk. A new
+//! journal's name is made durable (its directory synced) before a commit counts on it.
+//!
+//! The journal writes and syncs through a [`Storage`] (the disk, [`Disk`]), where tests put
+//! a double that counts the syncs of each group commit and cuts the power.
 //!
 //! **Checkpoints** make the written files durable (each file and each directory touched, once)
 //! and then rewrite the journal to hold only the intents still open and the entries not yet
@@ -35,13 +39,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
 use super::intent::Intent;
+use super::storage::{Disk, Storage};
 use super::{io_err, FileWrite, PersistError, PersistResult};
 use crate::host::Host;
 
@@ -216,7 +221,7 @@ impl Dirty {
     }
 
     /// Syncs every file that still exists, then every directory.
-    fn sync(&self) -> PersistResult<()> {
+    fn sync(&self, storage: &dyn Storage) -> PersistResult<()> {
         use std::os::unix::fs::OpenOptionsExt;
         for path in &self.files {
             let file = fs::OpenOptions::new()
@@ -226,13 +231,15 @@ impl Dirty {
                 )
                 .open(path);
             match file {
-                Ok(f) => f.sync_all().map_err(io_err("syncing", path))?,
+                Ok(f) => storage
+                    .sync_file(path, &f)
+                    .map_err(io_err("syncing", path))?,
                 // Removed or replaced since: the directory's sync covers it.
                 Err(_) => continue,
             }
         }
         for dir in &self.dirs {
-            match super::sync_dir(dir) {
+            match storage.sync_dir(dir) {
                 Ok(()) => {}
                 Err(PersistError::Io { source, .. })
                     if source.kind() == io::ErrorKind::NotFound => {}
@@ -259,6 +266,8 @@ struct Inner {
     file: Option<Arc<fs::File>>,
     /// Bytes in the journal file.
     len: u64,
+    /// The journal's name is known durable (its directory synced since it was made).
+    named: bool,
     /// Sequence numbers of commits: the last appended, the last made durable and applied.
     appended: u64,
     done: u64,
@@ -279,6 +288,8 @@ pub struct Journal {
     root: PathBuf,
     inner: Mutex<Inner>,
     turn: Condvar,
+    /// How it writes and syncs: the disk, or a test's double.
+    storage: Arc<dyn Storage>,
 }
 
 fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
@@ -290,32 +301,50 @@ pub fn path(host: &Host) -> PathBuf {
     host.state("journal")
 }
 
+/// The journals of the process, by path.
+static JOURNALS: Mutex<BTreeMap<PathBuf, Arc<Journal>>> = Mutex::new(BTreeMap::new());
+
+fn new_journal(host: &Host, storage: Arc<dyn Storage>) -> Arc<Journal> {
+    Arc::new(Journal {
+        path: path(host),
+        root: host.root().to_path_buf(),
+        inner: Mutex::new(Inner {
+            file: None,
+            len: 0,
+            named: false,
+            appended: 0,
+            done: 0,
+            leading: false,
+            open: BTreeMap::new(),
+            pending: VecDeque::new(),
+            results: HashMap::new(),
+            dirty: Dirty::default(),
+        }),
+        turn: Condvar::new(),
+        storage,
+    })
+}
+
 /// The journal of `host`'s root, shared in the process.
 pub fn of(host: &Host) -> Arc<Journal> {
-    static JOURNALS: Mutex<BTreeMap<PathBuf, Arc<Journal>>> = Mutex::new(BTreeMap::new());
     let mut all = JOURNALS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     all.entry(path(host))
-        .or_insert_with(|| {
-            Arc::new(Journal {
-                path: path(host),
-                root: host.root().to_path_buf(),
-                inner: Mutex::new(Inner {
-                    file: None,
-                    len: 0,
-                    appended: 0,
-                    done: 0,
-                    leading: false,
-                    open: BTreeMap::new(),
-                    pending: VecDeque::new(),
-                    results: HashMap::new(),
-                    dirty: Dirty::default(),
-                }),
-                turn: Condvar::new(),
-            })
-        })
+        .or_insert_with(|| new_journal(host, Arc::new(Disk)))
         .clone()
+}
+
+/// Makes `storage` the storage of the journal of `host`'s root (a fresh journal, as at
+/// start), for a test to watch its syncs.
+#[cfg(test)]
+pub(crate) fn install(host: &Host, storage: Arc<dyn Storage>) -> Arc<Journal> {
+    let journal = new_journal(host, storage);
+    JOURNALS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(path(host), journal.clone());
+    journal
 }
 
 impl Journal {
@@ -346,6 +375,12 @@ impl Journal {
                 reason: "not a regular file".into(),
             });
         }
+        if !inner.named {
+            // The journal's name is durable before a commit's sync of its data counts on it
+            // (once per start: a rewrite makes it durable too).
+            self.storage.sync_dir(dir)?;
+            inner.named = true;
+        }
         inner.len = meta.len();
         let file = Arc::new(file);
         inner.file = Some(file.clone());
@@ -363,8 +398,8 @@ impl Journal {
             });
         }
         let file = self.file(inner)?;
-        (&*file)
-            .write_all(line)
+        self.storage
+            .append(&file, line)
             .map_err(io_err("appending to", &self.path))?;
         inner.len += line.len() as u64;
         Ok(())
@@ -483,8 +518,9 @@ impl Journal {
         let file = inner.file.clone();
         drop(inner);
         let synced = match &file {
-            Some(f) => f
-                .sync_data()
+            Some(f) => self
+                .storage
+                .sync_journal(f, batch.len())
                 .map_err(|e| format!("syncing the journal: {e}")),
             None => Ok(()),
         };
@@ -531,7 +567,7 @@ impl Journal {
     ) -> (MutexGuard<'a, Inner>, PersistResult<()>) {
         let dirty = std::mem::take(&mut inner.dirty);
         drop(inner);
-        let synced = dirty.sync();
+        let synced = dirty.sync(&*self.storage);
         let mut inner = lock(&self.inner);
         if let Err(e) = synced {
             inner.dirty.files.extend(dirty.files);
@@ -548,14 +584,8 @@ impl Journal {
         for p in &inner.pending {
             content.extend_from_slice(&p.line);
         }
-        super::write_files(
-            &[FileWrite {
-                path: self.path.clone(),
-                content,
-                mode: 0o600,
-            }],
-            true,
-        )?;
+        self.storage.replace(&self.path, content)?;
+        inner.named = true;
         inner.file = None;
         self.file(inner).map(|_| ())
     }
@@ -605,6 +635,7 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
     }
     inner.file = None;
+    inner.named = false;
     inner.open.clear();
     inner.pending.clear();
     inner.len = 0;
@@ -661,7 +692,7 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
             },
         }
     }
-    if let Err(e) = dirty.sync() {
+    if let Err(e) = dirty.sync(&*journal.storage) {
         tracing::warn!(error = %e, "could not sync the files the journal wrote again");
     }
     if let Some(reason) = refused {
@@ -680,16 +711,9 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
     }
     // An empty journal stays as it is (a read-only state directory holds one too).
     if !content.is_empty() || (!text.is_empty() && fs::symlink_metadata(&path).is_ok()) {
-        let rewritten = super::write_files(
-            &[FileWrite {
-                path: path.clone(),
-                content,
-                mode: 0o600,
-            }],
-            true,
-        );
+        let rewritten = journal.storage.replace(&path, content);
         match rewritten {
-            Ok(()) => {}
+            Ok(()) => inner.named = true,
             // Served as it is; every change is refused with the same error.
             Err(e @ PersistError::ReadOnly { .. }) => {
                 tracing::warn!(error = %e, "vgpud's state is on a read-only file system: it serves reads and refuses every change");
@@ -851,6 +875,10 @@ mod tests {
     fn concurrent_commits_all_land_and_share_syncs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let host = Host::new(dir.path());
+        let cut = crate::persist::power_cut::PowerCut::install(
+            &host,
+            std::time::Duration::from_millis(1),
+        );
         let j = of(&host);
         let threads: Vec<_> = (0..16)
             .map(|t| {
@@ -881,6 +909,13 @@ mod tests {
                 assert_eq!(fs::read_to_string(p).expect("file"), format!("{t} {n}\n"));
             }
         }
+        let groups = cut.groups();
+        assert_eq!(groups.iter().sum::<usize>(), 320, "each commit synced once");
+        assert!(
+            groups.len() < 320 / 2,
+            "{} syncs for 320 commits",
+            groups.len()
+        );
         assert_eq!(recover(&host).expect("recover").commits, 320);
     }
 }

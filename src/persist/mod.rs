@@ -23,8 +23,11 @@ pub mod intent;
 pub mod journal;
 pub mod mdevctl;
 pub mod own_changes;
+#[cfg(test)]
+mod power_cut;
 pub mod sriov;
 pub mod state;
+pub mod storage;
 
 use std::fs;
 use std::io::{self, Write};
