@@ -127,7 +127,10 @@ async fn a_mixed_storm_keeps_one_size_per_gpu_and_refuses_only_what_cannot_fit()
         .get_capacity("RTX8000-4Q", HashMap::new())
         .await
         .expect("GetCapacity");
-    assert_eq!(before as usize, GPUS * max_of(gib_of("RTX8000-4Q")) as usize);
+    assert_eq!(
+        before as usize,
+        GPUS * max_of(gib_of("RTX8000-4Q")) as usize
+    );
     let results = storm(&s, 25, 1000, &types).await;
     let mut refused_types: Vec<String> = Vec::new();
     for (ty, r) in &results {

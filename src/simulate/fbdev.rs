@@ -117,7 +117,11 @@ fn fbcon_options(cmdline: &str) -> (Option<Vec<i32>>, usize, usize) {
     // `simple_strtoul`: the leading digits (0 when none), and the rest.
     let number = |s: &str| -> (usize, usize) {
         let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let n = if end == 0 { 0 } else { s[..end].parse().unwrap_or(usize::MAX) };
+        let n = if end == 0 {
+            0
+        } else {
+            s[..end].parse().unwrap_or(usize::MAX)
+        };
         (n, end)
     };
     for value in cmdline
@@ -132,8 +136,7 @@ fn fbcon_options(cmdline: &str) -> (Option<Vec<i32>>, usize, usize) {
                     boot = Some(
                         (0..MAX_NR_CONSOLES)
                             .map(|i| {
-                                i32::from(bytes[i % bytes.len()].wrapping_sub(b'0'))
-                                    % FB_MAX as i32
+                                i32::from(bytes[i % bytes.len()].wrapping_sub(b'0')) % FB_MAX as i32
                             })
                             .collect(),
                     );
@@ -198,7 +201,10 @@ impl Fbcon {
     /// Reads the kept maps into `self`; `None` when the text is not a state.
     fn parse(&mut self, text: &str) -> Option<()> {
         let list = |v: &str| -> Option<Vec<i32>> {
-            let l: Vec<i32> = v.split(',').map(|n| n.parse().ok()).collect::<Option<_>>()?;
+            let l: Vec<i32> = v
+                .split(',')
+                .map(|n| n.parse().ok())
+                .collect::<Option<_>>()?;
             (l.len() == MAX_NR_CONSOLES).then_some(l)
         };
         for line in text.lines() {
