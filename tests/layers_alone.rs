@@ -8,7 +8,6 @@
 
 mod common;
 
-use common::daemon::{Daemon, Policy, TestBus, TestHost};
 use common::nvml::fake_library;
 use common::proxy::{error_message, error_name, gpu_proxy, opts, NvidiaProxy};
 use common::setup::Setup;
@@ -16,32 +15,15 @@ use common::setup::Setup;
 #[tokio::test]
 async fn only_the_daemon_keeps_a_gpu_instance_in_use_from_being_destroyed() {
     let lib = fake_library().to_string_lossy().into_owned();
-    let host = TestHost::new(&["nvidia-h200"]);
-    let bus = TestBus::start(Policy::Open);
-    let daemon = Daemon::start_with(
-        &bus,
-        &host,
+    let s = Setup::with_env(
+        &["nvidia-h200"],
         &[("VGPUD_FAKE_NVML_LENIENT", "1")],
         &["--nvml-library", &lib],
     )
     .await;
-    let conn = bus.connect().await;
-    let s = Setup {
-        bus,
-        host,
-        daemon,
-        conn,
-    };
     let m = s.manager().await;
     let n = NvidiaProxy::new(&s.conn).await.expect("nvidia proxy");
-    let mut gpus: Vec<String> = m
-        .list_gpus()
-        .await
-        .expect("ListGpus")
-        .into_iter()
-        .filter(|g| g.1.contains("H200"))
-        .map(|g| g.0)
-        .collect();
+    let mut gpus = s.gpus_with_driver("nvidia").await;
     gpus.sort();
     let pf = gpus.first().expect("an H200").clone();
     let gpu = gpu_proxy(&s.conn, &pf).await;

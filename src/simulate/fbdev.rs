@@ -573,14 +573,27 @@ mod tests {
         fsx::read_opt(&sys.join("class/vtconsole").join(id).join("bind"))
     }
 
-    #[test]
-    fn framebuffers_come_and_go_with_the_driver_and_fbcon_follows() {
+    /// A tree with the boot consoles and two display adapters (no framebuffer yet): the
+    /// directory, the tree, its `sys` and the adapters.
+    fn two_adapters() -> (
+        tempfile::TempDir,
+        Tree,
+        std::path::PathBuf,
+        std::path::PathBuf,
+        std::path::PathBuf,
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let tree = Tree::new(dir.path()).expect("tree");
         write_consoles(&tree, "(S) dummy device").expect("consoles");
         let sys = tree.path("sys");
         let a = tree.dir("sys/devices/pci0000:00/0000:00:03.0").expect("a");
         let b = tree.dir("sys/devices/pci0000:00/0000:00:04.0").expect("b");
+        (dir, tree, sys, a, b)
+    }
+
+    #[test]
+    fn framebuffers_come_and_go_with_the_driver_and_fbcon_follows() {
+        let (_dir, tree, sys, a, b) = two_adapters();
         assert_eq!(
             fbcon_entry(&sys).expect("entry"),
             None,
@@ -619,12 +632,7 @@ mod tests {
 
     #[test]
     fn fbcon_follows_its_own_boot_map_and_the_primary_device() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let tree = Tree::new(dir.path()).expect("tree");
-        write_consoles(&tree, "(S) dummy device").expect("consoles");
-        let sys = tree.path("sys");
-        let a = tree.dir("sys/devices/pci0000:00/0000:00:03.0").expect("a");
-        let b = tree.dir("sys/devices/pci0000:00/0000:00:04.0").expect("b");
+        let (_dir, tree, sys, a, b) = two_adapters();
         // fbcon=map:1 — fb0 is not fbcon's, fb1 is.
         tree.file_if_missing("proc/cmdline", "quiet fbcon=map:1\n", 0o444)
             .expect("cmdline");
