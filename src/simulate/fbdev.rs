@@ -593,7 +593,7 @@ mod tests {
 
     #[test]
     fn framebuffers_come_and_go_with_the_driver_and_fbcon_follows() {
-        let (_dir, tree, sys, a, b) = two_adapters();
+        let (_dir, _tree, sys, a, b) = two_adapters();
         assert_eq!(
             fbcon_entry(&sys).expect("entry"),
             None,
