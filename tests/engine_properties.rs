@@ -547,6 +547,32 @@ fn check_invariants(engine: &Engine, root: &Path, full: bool) -> Result<(), Stri
     }
 }
 
+/// The most devices of type `t` one GPU holds, from hardware facts rather than the engine's
+/// inventory: NVIDIA types from the catalog transcribed from NVIDIA's tables (by type id), other
+/// vendors from the `max_instance=` of the type's description as the test reads it in the tree;
+/// the engine's figure only where neither says (GVT-g, whose description has none).
+fn hardware_max(root: &Path, gpu: &str, t: &vgpud::model::MdevType) -> u32 {
+    if let Some(info) =
+        t.id.strip_prefix("nvidia-")
+            .and_then(|n| n.parse().ok())
+            .and_then(vgpud_catalog::nvidia_type_by_id)
+    {
+        return info.max_instances;
+    }
+    let description = root
+        .join("sys/class/mdev_bus")
+        .join(gpu)
+        .join("mdev_supported_types")
+        .join(&t.id)
+        .join("description");
+    read_trim(&description)
+        .and_then(|d| {
+            d.split(',')
+                .find_map(|kv| kv.trim().strip_prefix("max_instance=")?.parse().ok())
+        })
+        .unwrap_or_else(|| t.max_instances())
+}
+
 fn check_capacity_rules(engine: &Engine, host: &HostView, full: bool, problems: &mut Vec<String>) {
     // Active devices on the host by physical GPU and type.
     let mut active: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
@@ -581,9 +607,10 @@ fn check_capacity_rules(engine: &Engine, host: &HostView, full: bool, problems: 
         let here = active.remove(&gpu.address).unwrap_or_default();
         let by_id: BTreeMap<&str, &vgpud::model::MdevType> =
             types.iter().map(|t| (t.id.as_str(), t)).collect();
+        let max_of = |t: &vgpud::model::MdevType| hardware_max(&host.root, &gpu.address, t);
         let total_fb = types
             .iter()
-            .map(|t| t.framebuffer_bytes() * u64::from(t.max_instances()))
+            .map(|t| t.framebuffer_bytes() * u64::from(max_of(t)))
             .max()
             .unwrap_or(0);
         let mut sizes = BTreeSet::new();
@@ -600,7 +627,7 @@ fn check_capacity_rules(engine: &Engine, host: &HostView, full: bool, problems: 
                 }
                 continue;
             };
-            let max = t.max_instances();
+            let max = max_of(t);
             if max > 0 && *count > max {
                 problems.push(format!(
                     "over-commit: {} runs {count} {type_id} ({}), at most {max}",
@@ -613,7 +640,7 @@ fn check_capacity_rules(engine: &Engine, host: &HostView, full: bool, problems: 
             }
         }
         for t in types.iter().filter(|_| full) {
-            let max = t.max_instances();
+            let max = max_of(t);
             let running = here.get(&t.id).copied().unwrap_or(0);
             if max > 0 && t.available_instances + running > max {
                 problems.push(format!(

@@ -11,6 +11,25 @@ use common::proxy::{error_name, opts, ManagerProxy};
 use common::setup::Setup;
 
 const LARGE: &[&str] = &["large"];
+/// The `large` profile's GPUs: sixteen Quadro RTX 8000 of 48 GB each.
+const GPUS: usize = 16;
+const BOARD_GIB: u32 = 48;
+/// Turing runs at most 32 vGPUs on one GPU (hardware.md's time-sliced table: `1Q 32` on a
+/// 48 GB board), whatever their size allows.
+const VGPUS_PER_GPU: u32 = 32;
+
+/// The framebuffer in GiB of an `RTX8000-<n><series>` type, from its name.
+fn gib_of(ty: &str) -> u32 {
+    ty.strip_prefix("RTX8000-")
+        .map(|p| p.trim_end_matches(|c: char| c.is_ascii_alphabetic()))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{ty} is not an RTX8000-<n><series> type"))
+}
+
+/// How many vGPUs of `gib` GiB one empty RTX 8000 holds in equal-size mode.
+fn max_of(gib: u32) -> u32 {
+    (BOARD_GIB / gib).min(VGPUS_PER_GPU)
+}
 
 /// Runs `count` CreateDevice calls at once over `clients` connections, `types[i % len]` each;
 /// returns (type, Ok(uuid) | Err(error name)) per call.
@@ -67,15 +86,20 @@ async fn a_thousand_creates_for_512_places_fill_every_gpu_and_no_more() {
         .iter()
         .filter_map(|(_, r)| r.as_ref().err())
         .collect();
-    assert_eq!(made.len(), 512, "16 GPUs × 32 RTX8000-1Q");
+    let room = GPUS * max_of(gib_of("RTX8000-1Q")) as usize;
+    assert_eq!(made.len(), room, "16 GPUs × 32 RTX8000-1Q");
     assert!(
         refused.iter().all(|e| *e == "org.vgpud1.Error.NoCapacity"),
         "every refusal is a lack of capacity: {refused:?}"
     );
     let gpus = per_gpu(&m).await;
-    assert_eq!(gpus.len(), 16);
+    assert_eq!(gpus.len(), GPUS);
     for (gpu, types) in &gpus {
-        assert_eq!(types.len(), 32, "{gpu} is full and not over-committed");
+        assert_eq!(
+            types.len(),
+            max_of(1) as usize,
+            "{gpu} is full and not over-committed"
+        );
     }
     let listed = m.list_devices().await.expect("ListDevices");
     for uuid in &made {
@@ -103,7 +127,10 @@ async fn a_mixed_storm_keeps_one_size_per_gpu_and_refuses_only_what_cannot_fit()
         .get_capacity("RTX8000-4Q", HashMap::new())
         .await
         .expect("GetCapacity");
-    assert_eq!(before, 16 * 12);
+    assert_eq!(
+        before as usize,
+        GPUS * max_of(gib_of("RTX8000-4Q")) as usize
+    );
     let results = storm(&s, 25, 1000, &types).await;
     let mut refused_types: Vec<String> = Vec::new();
     for (ty, r) in &results {
@@ -116,35 +143,46 @@ async fn a_mixed_storm_keeps_one_size_per_gpu_and_refuses_only_what_cannot_fit()
         }
     }
     // Capacity only shrinks in a create-only storm: a type refused while room was left would
-    // still have room now.
+    // still have room now. Room is the test's own arithmetic from the types' sizes: a GPU
+    // takes a type when it is empty, or runs only that size below its maximum.
     refused_types.sort();
     refused_types.dedup();
-    for ty in &refused_types {
-        let left = m
-            .get_capacity(ty, HashMap::new())
-            .await
-            .expect("GetCapacity");
-        assert_eq!(left, 0, "{ty} was refused while the host had room for it");
-    }
-    // Equal-size rule and maxima per GPU, from the listed types.
     let all = m.list_types().await.expect("ListTypes");
-    let fb_of = |gpu: &str, id: &str| {
+    let id_of = |name: &str| {
         all.iter()
-            .find(|t| t.0 == gpu && t.1 == id)
-            .map(|t| (t.3, t.4))
-            .expect("type listed")
+            .find(|t| t.2.ends_with(name))
+            .map(|t| t.1.clone())
+            .unwrap_or_else(|| panic!("{name} listed"))
     };
-    for (gpu, ids) in per_gpu(&m).await {
-        let sizes: Vec<(u64, u32)> = ids.iter().map(|id| fb_of(&gpu, id)).collect();
-        let (fb, max) = sizes[0];
+    let gib_by_id: HashMap<String, u32> = types
+        .iter()
+        .map(|name| (id_of(name), gib_of(name)))
+        .collect();
+    let gpus = per_gpu(&m).await;
+    assert_eq!(gpus.len(), GPUS, "every GPU got devices: {gpus:?}");
+    for (gpu, ids) in &gpus {
+        let sizes: Vec<u32> = ids
+            .iter()
+            .map(|id| *gib_by_id.get(id).expect("a storm type"))
+            .collect();
+        let gib = sizes[0];
         assert!(
-            sizes.iter().all(|(f, _)| *f == fb),
+            sizes.iter().all(|g| *g == gib),
             "{gpu} runs one size: {ids:?}"
         );
+        let max = max_of(gib);
         assert!(
             ids.len() as u32 <= max,
-            "{gpu} holds at most {max}: {}",
+            "{gpu} holds at most {max} of {gib} GiB: {}",
             ids.len()
         );
+        for ty in &refused_types {
+            let fits = gib_of(ty) == gib && (ids.len() as u32) < max;
+            assert!(
+                !fits,
+                "{ty} was refused while {gpu} had room for it ({} × {gib} GiB)",
+                ids.len()
+            );
+        }
     }
 }

@@ -17,17 +17,28 @@
 //! attributes (`bits_per_pixel`, `mode`, `modes`, `stride`, `virtual_size`, …) are not
 //! written: nothing reads them.
 //!
-//! fbcon, derived from the tree like everything here (its internal map is not in sysfs):
+//! fbcon is modelled by the simulator's own code after fbcon.c, not by vgpud's reading of the
+//! console (`discovery::console`), so a mistake there is not mirrored here. Its internal maps,
+//! which sysfs does not show, are simulator state in `ROOT/run/vgpud-simulator/fbcon` (gone with
+//! a reboot, like the kernel's; rebuilt by replaying the registered framebuffers in index
+//! order when absent): `con2fb_map_boot` (from `fbcon=map:` digits in `proc/cmdline`, cycled
+//! over the 63 consoles, else all fb0), `con2fb_map` (the framebuffer each console is on, -1
+//! for none), `primary_device` and `info_idx`. Consoles `fbcon=vc:<first>-<last>` (1-based;
+//! default all) are fbcon's. Whether fbcon is bound is its vtconsole entry's `bind`.
 //! - it registers as a console driver, `sys/class/vtconsole/vtcon<M>` named `(M) frame
 //!   buffer device` (M the lowest free number), when it first takes the consoles over, and
 //!   unregisters (the entry goes) when the last framebuffer goes;
-//! - a framebuffer that registers while fbcon holds no console makes it take them over
-//!   (`bind` 1 on its entry, 0 on the others) when fbcon's boot map names it: the digits of
-//!   `fbcon=map:` in `proc/cmdline`, else fb0 or the boot VGA device's framebuffer
-//!   (`CONFIG_FRAMEBUFFER_CONSOLE_DETECT_PRIMARY`);
-//! - removing the framebuffer every console of fbcon is on unbinds fbcon (`bind` 0, and 1 on
-//!   the system console driver, the first entry): the consoles go back to the dummy console.
-//!   Which framebuffer each console is on is `discovery::console`'s reading of the same facts.
+//! - `fbcon_fb_registered`: without `map:`, the boot VGA device's framebuffer (`boot_vga` 1,
+//!   `CONFIG_FRAMEBUFFER_CONSOLE_DETECT_PRIMARY`) becomes the primary: the boot map of every
+//!   console names it. Then, with no `info_idx`, a framebuffer the boot map names makes fbcon
+//!   take the consoles over (all mapped to it; `bind` 1 on its entry, 0 on the others);
+//!   otherwise each console the boot map sends to the new framebuffer moves there, or, when
+//!   fbcon is unbound or maps no console, fbcon takes them all over onto it;
+//! - `fbcon_fb_unbind` (bound only): the consoles on the leaving framebuffer move to another
+//!   console's framebuffer; when none is elsewhere fbcon unbinds (`bind` 0, and 1 on the system
+//!   console driver, the first entry): the consoles go back to the system console;
+//! - `fbcon_fb_unregistered`: its consoles are unmapped, `info_idx` moves to the lowest
+//!   registered framebuffer and the unmapped consoles to it.
 //!
 //! Profiles write the console drivers the kernel registered at boot and the foreground
 //! console with [`write_consoles`].
@@ -41,8 +52,6 @@ use super::binding::{dec_attr, driver_of, hex_attr, physfn};
 use super::fsx::{self, errno};
 use super::profiles::tree::Tree;
 use super::SimError;
-use crate::discovery::console::{self as console_rule, ConsoleFacts, FbDevice};
-use crate::host::Host;
 
 /// The framebuffer character devices' major number.
 const FB_MAJOR: u32 = 29;
@@ -78,10 +87,281 @@ fn framebuffers_of(dev: &Path) -> io::Result<Vec<String>> {
         .collect())
 }
 
-/// The facts of the host whose `sys` is `sys`, as vgpud reads them.
-fn facts(sys: &Path) -> io::Result<ConsoleFacts> {
-    let root = sys.parent().ok_or_else(|| errno(Errno::EINVAL))?;
-    console_rule::read_facts(&Host::new(root)).map_err(|e| io::Error::other(e.to_string()))
+/// The kernel's `MAX_NR_CONSOLES`.
+const MAX_NR_CONSOLES: usize = 63;
+/// fbcon's state below the simulated root.
+const FBCON_STATE: &str = "run/vgpud-simulator/fbcon";
+
+/// fbcon's internal state (fbcon.c), which sysfs does not show.
+#[derive(Debug, Clone, PartialEq)]
+struct Fbcon {
+    /// `con2fb_map_boot`, per console.
+    boot: Vec<i32>,
+    /// `con2fb_map`, per console: -1 for none.
+    map: Vec<i32>,
+    /// `primary_device`, -1 for none.
+    primary: i32,
+    /// `info_idx`, -1 for none.
+    info: i32,
+    /// `fbcon=map:` was given (`map_override`).
+    map_override: bool,
+    /// fbcon's consoles, 0-based (`first_fb_vc`, `last_fb_vc`).
+    first: usize,
+    last: usize,
+}
+
+/// `fbcon_setup` of the `fbcon=` options in `cmdline`: the boot map when `map:` gives one, and
+/// the console range.
+fn fbcon_options(cmdline: &str) -> (Option<Vec<i32>>, usize, usize) {
+    let (mut boot, mut first, mut last) = (None, 0usize, MAX_NR_CONSOLES - 1);
+    // `simple_strtoul`: the leading digits (0 when none), and the rest.
+    let number = |s: &str| -> (usize, usize) {
+        let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let n = if end == 0 {
+            0
+        } else {
+            s[..end].parse().unwrap_or(usize::MAX)
+        };
+        (n, end)
+    };
+    for value in cmdline
+        .split_whitespace()
+        .filter_map(|a| a.strip_prefix("fbcon="))
+    {
+        for opt in value.split(',') {
+            if let Some(digits) = opt.strip_prefix("map:") {
+                let bytes = digits.as_bytes();
+                if !bytes.is_empty() {
+                    // `con2fb_map_boot[i] = (options[j++] - '0') % FB_MAX`, cycling.
+                    boot = Some(
+                        (0..MAX_NR_CONSOLES)
+                            .map(|i| {
+                                i32::from(bytes[i % bytes.len()].wrapping_sub(b'0')) % FB_MAX as i32
+                            })
+                            .collect(),
+                    );
+                }
+            } else if let Some(range) = opt.strip_prefix("vc:") {
+                let mut rest = range;
+                if !rest.is_empty() {
+                    let (n, end) = number(rest);
+                    first = n.saturating_sub(1);
+                    rest = &rest[end..];
+                }
+                if first >= MAX_NR_CONSOLES {
+                    first = 0;
+                }
+                if let Some(tail) = rest.strip_prefix('-') {
+                    let (n, _) = number(tail);
+                    last = n.wrapping_sub(1);
+                }
+                if last < first || last >= MAX_NR_CONSOLES {
+                    last = MAX_NR_CONSOLES - 1;
+                }
+            }
+        }
+    }
+    (boot, first, last)
+}
+
+impl Fbcon {
+    /// The state at boot, from the kernel command line.
+    fn boot(root: &Path) -> Fbcon {
+        let cmdline = fsx::read_opt(&root.join("proc/cmdline")).unwrap_or_default();
+        let (boot, first, last) = fbcon_options(&cmdline);
+        Fbcon {
+            map_override: boot.is_some(),
+            boot: boot.unwrap_or_else(|| vec![0; MAX_NR_CONSOLES]),
+            map: vec![-1; MAX_NR_CONSOLES],
+            primary: -1,
+            info: -1,
+            first,
+            last,
+        }
+    }
+
+    /// The state kept on the host at `sys`; when there is none, the boot state after the
+    /// registration of every framebuffer but `except`, in index order.
+    fn load(sys: &Path, except: Option<u32>) -> io::Result<Fbcon> {
+        let root = sys.parent().ok_or_else(|| errno(Errno::EINVAL))?;
+        let mut f = Fbcon::boot(root);
+        if let Some(text) = fsx::read_opt(&root.join(FBCON_STATE)) {
+            if f.parse(&text).is_some() {
+                return Ok(f);
+            }
+            f = Fbcon::boot(root);
+        }
+        let bound = fbcon_bound(sys)?;
+        for n in registered(sys)?.into_iter().filter(|n| Some(*n) != except) {
+            f.registered(n, is_primary(sys, n), bound);
+        }
+        Ok(f)
+    }
+
+    /// Reads the kept maps into `self`; `None` when the text is not a state.
+    fn parse(&mut self, text: &str) -> Option<()> {
+        let list = |v: &str| -> Option<Vec<i32>> {
+            let l: Vec<i32> = v
+                .split(',')
+                .map(|n| n.parse().ok())
+                .collect::<Option<_>>()?;
+            (l.len() == MAX_NR_CONSOLES).then_some(l)
+        };
+        for line in text.lines() {
+            let (key, value) = line.split_once(' ')?;
+            match key {
+                "boot" => self.boot = list(value)?,
+                "map" => self.map = list(value)?,
+                "primary" => self.primary = value.parse().ok()?,
+                "info" => self.info = value.parse().ok()?,
+                _ => return None,
+            }
+        }
+        Some(())
+    }
+
+    fn store(&self, sys: &Path) -> io::Result<()> {
+        let root = sys.parent().ok_or_else(|| errno(Errno::EINVAL))?;
+        let file = root.join(FBCON_STATE);
+        if let Some(dir) = file.parent() {
+            fsx::create_dir_all(dir)?;
+        }
+        let join = |l: &[i32]| l.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+        let text = format!(
+            "boot {}\nmap {}\nprimary {}\ninfo {}\n",
+            join(&self.boot),
+            join(&self.map),
+            self.primary,
+            self.info
+        );
+        fsx::write_atomic(&file, &text, 0o644)
+    }
+
+    fn consoles(&self) -> std::ops::RangeInclusive<usize> {
+        self.first..=self.last
+    }
+
+    /// `do_fbcon_takeover`: every console of fbcon onto `info_idx`.
+    fn take_over(&mut self) {
+        for i in self.consoles() {
+            self.map[i] = self.info;
+        }
+    }
+
+    /// `set_con2fb_map(vc, idx)`; true when fbcon took every console over.
+    fn set_map(&mut self, vc: usize, idx: i32, bound: bool) -> bool {
+        if self.map[vc] == idx {
+            return false;
+        }
+        let mapped = self.consoles().any(|i| self.map[i] != -1);
+        if !mapped || !bound {
+            self.info = idx;
+            self.take_over();
+            return true;
+        }
+        self.map[vc] = idx;
+        false
+    }
+
+    /// `fbcon_fb_registered` (with `fbcon_select_primary`) for `fb<n>`; true when fbcon took
+    /// the consoles over.
+    fn registered(&mut self, n: u32, primary: bool, bound: bool) -> bool {
+        let idx = i32::try_from(n).unwrap_or(-1);
+        if !self.map_override && self.primary == -1 && primary {
+            self.primary = idx;
+            for i in self.consoles() {
+                self.boot[i] = idx;
+            }
+            if bound {
+                self.info = idx;
+            }
+        }
+        if self.info == -1 {
+            if self.consoles().any(|i| self.boot[i] == idx) {
+                self.info = idx;
+                self.take_over();
+                return true;
+            }
+            return false;
+        }
+        let mut took_over = false;
+        for i in self.consoles() {
+            if self.boot[i] == idx {
+                took_over |= self.set_map(i, idx, bound || took_over);
+            }
+        }
+        took_over
+    }
+
+    /// `fbcon_fb_unbind` for `fb<n>` while fbcon is bound; true when fbcon lets the consoles go.
+    fn unbind(&mut self, n: u32) -> bool {
+        let idx = i32::try_from(n).unwrap_or(-1);
+        let elsewhere = self
+            .consoles()
+            .map(|i| self.map[i])
+            .find(|m| *m != idx && *m != -1);
+        match elsewhere {
+            Some(new) => {
+                for i in self.consoles() {
+                    if self.map[i] == idx {
+                        self.set_map(i, new, true);
+                    }
+                }
+                false
+            }
+            None => {
+                for i in self.consoles() {
+                    if self.map[i] == idx {
+                        self.map[i] = -1;
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// `fbcon_fb_unregistered` for `fb<n>`, `left` the framebuffers still registered.
+    fn unregistered(&mut self, n: u32, left: &[u32]) {
+        let idx = i32::try_from(n).unwrap_or(-1);
+        for i in self.consoles() {
+            if self.map[i] == idx {
+                self.map[i] = -1;
+            }
+        }
+        if self.info == idx {
+            self.info = left
+                .iter()
+                .min()
+                .and_then(|m| i32::try_from(*m).ok())
+                .unwrap_or(-1);
+        }
+        if self.info != -1 {
+            for i in self.consoles() {
+                if self.map[i] == -1 {
+                    self.map[i] = self.info;
+                }
+            }
+        }
+        if self.primary == idx {
+            self.primary = -1;
+        }
+    }
+}
+
+/// The registered framebuffers' indices (`sys/class/graphics/fb<N>`), ascending.
+fn registered(sys: &Path) -> io::Result<Vec<u32>> {
+    let mut out: Vec<u32> = fsx::list(&sys.join("class/graphics"))?
+        .iter()
+        .filter_map(|n| n.strip_prefix("fb")?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// `fb_is_primary_device` (x86): the framebuffer's device is the boot VGA device.
+fn is_primary(sys: &Path, n: u32) -> bool {
+    let dev = sys.join(format!("class/graphics/fb{n}/device"));
+    dec_attr(&dev, "boot_vga") == Some(1)
 }
 
 /// The probe's part: registers `driver`'s framebuffer on `dev` unless the device has one.
@@ -131,6 +411,11 @@ pub(crate) fn remove(sys: &Path, dev: &Path) -> io::Result<()> {
         }
         fsx::remove_quiet(&sys.join("class/graphics").join(&fb))?;
         fsx::remove_dir_quiet(&dev.join("graphics").join(&fb))?;
+        if let Some(n) = fb.strip_prefix("fb").and_then(|n| n.parse().ok()) {
+            let mut f = Fbcon::load(sys, None)?;
+            f.unregistered(n, &registered(sys)?);
+            f.store(sys)?;
+        }
     }
     fsx::remove_empty_dir(&dev.join("graphics"))?;
     let left = fsx::list(&sys.join("class/graphics"))?.iter().any(|n| {
@@ -205,23 +490,13 @@ fn fbcon_bound(sys: &Path) -> io::Result<bool> {
 
 /// `fbcon_fb_registered` for `fb<n>` (registered already).
 fn fbcon_registered(sys: &Path, n: u32) -> io::Result<()> {
-    if fbcon_bound(sys)? {
-        // fbcon remaps consoles internally (to a primary display, to a mapped framebuffer);
-        // nothing of it shows in sysfs.
-        return Ok(());
-    }
-    let f = facts(sys)?;
-    let takes_over = match &f.fbcon.map {
-        Some(map) => map.contains(&n),
-        None => {
-            n == 0
-                || f.framebuffers.iter().any(|fb| {
-                    fb.index == n
-                        && matches!(&fb.device, FbDevice::Pci(a) if Some(a) == f.boot_vga.as_ref())
-                })
-        }
-    };
-    if !takes_over {
+    let bound = fbcon_bound(sys)?;
+    let mut f = Fbcon::load(sys, Some(n))?;
+    let took_over = f.registered(n, is_primary(sys, n), bound);
+    f.store(sys)?;
+    if !took_over || bound {
+        // Remapped inside fbcon (to a primary display, to a mapped framebuffer): nothing of
+        // it shows in sysfs.
         return Ok(());
     }
     let id = match fbcon_entry(sys)? {
@@ -245,10 +520,10 @@ fn fbcon_unbinding(sys: &Path, n: u32) -> io::Result<()> {
     if !fbcon_bound(sys)? {
         return Ok(());
     }
-    let f = facts(sys)?;
-    let elsewhere = (f.fbcon.first_vc..=f.fbcon.last_vc)
-        .any(|vc| console_rule::fbcon_framebuffer(&f, vc).is_some_and(|(fb, _)| fb.index != n));
-    if elsewhere {
+    let mut f = Fbcon::load(sys, None)?;
+    let lets_go = f.unbind(n);
+    f.store(sys)?;
+    if !lets_go {
         return Ok(());
     }
     let Some(system) = vtconsoles(sys)?.into_iter().next() else {
@@ -298,14 +573,27 @@ mod tests {
         fsx::read_opt(&sys.join("class/vtconsole").join(id).join("bind"))
     }
 
-    #[test]
-    fn framebuffers_come_and_go_with_the_driver_and_fbcon_follows() {
+    /// A tree with the boot consoles and two display adapters (no framebuffer yet): the
+    /// directory, the tree, its `sys` and the adapters.
+    fn two_adapters() -> (
+        tempfile::TempDir,
+        Tree,
+        std::path::PathBuf,
+        std::path::PathBuf,
+        std::path::PathBuf,
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let tree = Tree::new(dir.path()).expect("tree");
         write_consoles(&tree, "(S) dummy device").expect("consoles");
         let sys = tree.path("sys");
         let a = tree.dir("sys/devices/pci0000:00/0000:00:03.0").expect("a");
         let b = tree.dir("sys/devices/pci0000:00/0000:00:04.0").expect("b");
+        (dir, tree, sys, a, b)
+    }
+
+    #[test]
+    fn framebuffers_come_and_go_with_the_driver_and_fbcon_follows() {
+        let (_dir, _tree, sys, a, b) = two_adapters();
         assert_eq!(
             fbcon_entry(&sys).expect("entry"),
             None,
@@ -340,6 +628,36 @@ mod tests {
         assert!(fsx::list(&sys.join("class/graphics"))
             .expect("list")
             .is_empty());
+    }
+
+    #[test]
+    fn fbcon_follows_its_own_boot_map_and_the_primary_device() {
+        let (_dir, tree, sys, a, b) = two_adapters();
+        // fbcon=map:1 — fb0 is not fbcon's, fb1 is.
+        tree.file_if_missing("proc/cmdline", "quiet fbcon=map:1\n", 0o444)
+            .expect("cmdline");
+        assert_eq!(register(&sys, &a, "bochs-drmdrmfb").expect("fb0"), 0);
+        assert_eq!(fbcon_entry(&sys).expect("entry"), None, "map:1 skips fb0");
+        assert_eq!(register(&sys, &b, "bochs-drmdrmfb").expect("fb1"), 1);
+        assert_eq!(bind_of(&sys, "vtcon1").as_deref(), Some("1\n"));
+        // Every console is on fb1: its removal lets them go, fb0's does not matter.
+        remove(&sys, &a).expect("remove a");
+        assert_eq!(bind_of(&sys, "vtcon1").as_deref(), Some("1\n"));
+        remove(&sys, &b).expect("remove b");
+        assert_eq!(fbcon_entry(&sys).expect("entry"), None);
+
+        // Without a map, the boot VGA device's framebuffer takes the consoles from fb0.
+        std::fs::remove_file(tree.path("proc/cmdline")).expect("cmdline");
+        std::fs::remove_file(tree.path(FBCON_STATE)).expect("reboot fbcon");
+        std::fs::write(b.join("boot_vga"), "1\n").expect("boot_vga");
+        assert_eq!(register(&sys, &a, "bochs-drmdrmfb").expect("fb0"), 0);
+        assert_eq!(register(&sys, &b, "bochs-drmdrmfb").expect("fb1"), 1);
+        let state = fsx::read_opt(&tree.path(FBCON_STATE)).expect("state");
+        assert!(state.contains("primary 1\n"), "{state}");
+        // fb0 goes: the consoles are on fb1, fbcon stays.
+        remove(&sys, &a).expect("remove a");
+        assert_eq!(bind_of(&sys, "vtcon1").as_deref(), Some("1\n"));
+        remove(&sys, &b).expect("remove b");
     }
 
     #[test]

@@ -14,6 +14,13 @@ use super::rules::{self, Change, Rules, Vendor};
 use super::{binding, vgpu};
 use crate::model::normalize_uuid;
 
+/// In the simulator's state directory, a file whose presence makes creates succeed beyond
+/// the type's capacity (a lenient kernel, for tests of the daemon's own accounting).
+pub(crate) const LENIENT_FILE: &str = "lenient-capacity";
+/// In the simulator's state directory, a file holding the milliseconds every mdev create
+/// takes (a slow driver, for tests of the order in which concurrent requests are served).
+pub(crate) const CREATE_DELAY_FILE: &str = "create-delay-ms";
+
 /// The kernel's `UUID_STRING_LEN`.
 const UUID_STRING_LEN: usize = 36;
 
@@ -177,6 +184,22 @@ pub(crate) fn journaled(
     }
 }
 
+/// The test option that turns off the capacity refusal of creates (see the module doc of
+/// `simulate`): [`LENIENT_FILE`] exists in the simulator's state directory.
+fn lenient(roots: &Roots) -> bool {
+    roots.state.join(LENIENT_FILE).exists()
+}
+
+/// The test option that slows every mdev create down: [`CREATE_DELAY_FILE`] holds a number of
+/// milliseconds (at most 10 s; anything else is no delay).
+fn create_delay(roots: &Roots) -> Option<std::time::Duration> {
+    let ms: u64 = fsx::read_small(&roots.state.join(CREATE_DELAY_FILE))?
+        .trim()
+        .parse()
+        .ok()?;
+    (ms > 0).then(|| std::time::Duration::from_millis(ms.min(10_000)))
+}
+
 /// `create_store`: exactly 36 or 37 bytes (the kernel ignores what the 37th byte is, normally
 /// a newline), a valid UUID, unique on the system, and capacity on the type.
 pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<()> {
@@ -203,8 +226,12 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
     let vendor = Vendor::of(&parent)?;
     // The parent's types and figures, read once: the capacity now, and the counts after.
     let mut rules = Rules::read(&parent, &vendor)?;
-    if rules.available(&type_id) == 0 {
+    if rules.available(&type_id) == 0 && !lenient(roots) {
         return Err(errno(vendor.no_capacity()));
+    }
+    if let Some(delay) = create_delay(roots) {
+        // A slow driver: the parent's lock is held meanwhile, as mdev_core holds it.
+        std::thread::sleep(delay);
     }
     let mut entry = Entry::device(Op::Create, &uuid, &parent);
     entry.type_id = Some(type_id.clone());

@@ -55,6 +55,14 @@
 //!   when the file does not exist, `EISDIR` for a directory, `EACCES` for a file without write
 //!   permission bits, as kernfs refuses writes to attributes with no store method).
 //!
+//! Test options, off by default, each a file in `ROOT/run/vgpud-simulator/` (gone with a
+//! simulated reboot, like the rest of `run/`), read at every mdev create:
+//! - `lenient-capacity` (present): a lenient kernel. A create on a type whose
+//!   `available_instances` reads 0 succeeds anyway (the count stays 0), so only the daemon's
+//!   own accounting stands between a storm and an over-committed GPU.
+//! - `create-delay-ms` (a number, at most 10000): every mdev create takes that long, with the
+//!   parent's lock held, like a slow driver; concurrent requests then overlap in a known way.
+//!
 //! [`Simulator::run_tool`] carries out NVIDIA's `sriov-manage` as the sequence of such writes
 //! the real script makes, each one atomic (`-e` also wipes the GPU's GPU instances in the
 //! simulated driver, as the real one's reload does), and `nvidia-smi vgpu -i <gpu> -shm <0|1>`,

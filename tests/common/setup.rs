@@ -24,9 +24,14 @@ impl Setup {
 
     /// Like [`Setup::new`], with extra vgpud arguments.
     pub async fn with_args(profiles: &[&str], args: &[&str]) -> Self {
+        Self::with_env(profiles, &[], args).await
+    }
+
+    /// Like [`Setup::with_args`], with extra environment for vgpud.
+    pub async fn with_env(profiles: &[&str], env: &[(&str, &str)], args: &[&str]) -> Self {
         let host = TestHost::new(profiles);
         let bus = TestBus::start(Policy::Open);
-        let daemon = Daemon::start_args(&bus, &host, args).await;
+        let daemon = Daemon::start_with(&bus, &host, env, args).await;
         let conn = bus.connect().await;
         Setup {
             bus,

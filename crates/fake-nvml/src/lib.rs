@@ -64,6 +64,9 @@
 //!   `IN_USE`. MIG mode set while other clients hold the GPU, VFs are enabled or GIs exist:
 //!   `IN_USE`; Hopper applies at once (activation status `SUCCESS`), Ampere returns
 //!   `SUCCESS` with activation status `RESET_REQUIRED` and a pending mode.
+//! - Lenient: with `VGPUD_FAKE_NVML_LENIENT=1` (for tests of the caller's own checks), GI
+//!   destroy never answers `IN_USE`: the GI goes, with its compute instances and its vGPU's
+//!   assignment.
 //! - Root: with `VGPUD_FAKE_NVML_ENFORCE_ROOT=1` and an effective uid not 0, MIG mode set,
 //!   GI/CI create/destroy, scheduler set and heterogeneous mode set return `NO_PERMISSION`.
 //! - Scheduler: `NOT_SUPPORTED` while MIG is on (get, set, log) and, for set, while any vGPU
@@ -121,6 +124,10 @@ const E_UNKNOWN: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_UNKNOWN;
 pub const ROOT_ENV: &str = "VGPUD_FAKE_NVML_ROOT";
 /// With `1`, privileged calls need an effective uid of 0.
 pub const ENFORCE_ROOT_ENV: &str = "VGPUD_FAKE_NVML_ENFORCE_ROOT";
+/// With `1`, a driver that guards nothing: `nvmlGpuInstanceDestroy` destroys a GPU instance
+/// in use (its vGPU's assignment and compute instances go with it), so only the caller's own
+/// check keeps an instance in use.
+pub const LENIENT_ENV: &str = "VGPUD_FAKE_NVML_LENIENT";
 /// The driver version reported (a vGPU 17 host driver) [I].
 pub const DRIVER_VERSION: &str = "550.54.16";
 /// The NVML version reported.
@@ -1278,7 +1285,16 @@ pub unsafe extern "C" fn nvmlGpuInstanceDestroy(gpuInstance: nvmlGpuInstance_t) 
         let root = root()?;
         let (gpu, _, id) = gi_of(&root, gpuInstance)?;
         need_root()?;
-        drv(gpu.update(&root, |s| s.destroy_gpu_instance(id))?)
+        let lenient = std::env::var(LENIENT_ENV).is_ok_and(|v| v == "1");
+        drv(gpu.update(&root, |s| {
+            if lenient {
+                s.vgpus.retain(|_, gi| *gi != id);
+                if let Some(gi) = s.gpu_instances.iter_mut().find(|gi| gi.id == id) {
+                    gi.compute_instances.clear();
+                }
+            }
+            s.destroy_gpu_instance(id)
+        })?)
     })
 }
 
