@@ -97,6 +97,15 @@ fn polkit_decides_every_method_for_root_the_group_and_nobody() {
             };
             let refused = outcome == "org.freedesktop.DBus.Error.AccessDenied"
                 || outcome == "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired";
+            // A refusal of vgpud's own names the table's action.
+            let action = need.action().unwrap_or("no action");
+            if message.contains("is not authorized for")
+                && !message.contains(&format!("is not authorized for {action} ({member})"))
+            {
+                wrong.push(format!(
+                    "{caller} {method}: refused for another action than {action}: {message}"
+                ));
+            }
             match expected(caller, need) {
                 None if refused => wrong.push(format!("{caller} {method}: refused: {message}")),
                 Some(name) if outcome != name => wrong.push(format!(
