@@ -12,7 +12,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 
 use common::authorization::{self, Need, DEV};
 use common::daemon::TestHost;
@@ -126,51 +125,14 @@ fn callers_granted_only_read_or_nothing_get_exactly_that() {
     .expect("setup");
     let rules = work.path().join("10-vgpud-test-read-only.rules");
     std::fs::write(&rules, READ_ONLY_RULE).expect("rules");
-    let ns_work = work.path().join("ns");
-    std::fs::create_dir(&ns_work).expect("ns dir");
-    let repo = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new("timeout")
-        .args([
-            "120",
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "bash",
-        ])
-        .arg(format!("{repo}/tests/polkit/read_only.sh"))
-        .arg(repo)
-        .arg(&ns_work)
-        .arg(common::daemon::vgpud_bin())
-        .arg(&host.root)
-        .arg(&calls)
-        .arg(&rules)
-        .arg(&setup)
-        .output()
-        .expect("unshare (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the namespace run failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let mut got: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
+    let run =
+        authorization::run_in_namespace("read_only.sh", &host.root, &[&calls, &rules, &setup]);
+    let (got, stdout) = (&run.results, &run.stdout);
     let mut state: BTreeMap<String, (serde_json::Value, serde_json::Value)> = BTreeMap::new();
     for line in stdout.lines() {
-        let f: Vec<&str> = line.splitn(5, '\t').collect();
-        match f[..] {
-            ["RESULT", caller, label, outcome, ref rest @ ..] => {
-                got.insert(
-                    (caller.to_string(), label.to_string()),
-                    (outcome.to_string(), rest.join("\t")),
-                );
-            }
-            ["STATE", when, objects, devices] => {
-                let json = |s: &str| serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"));
-                state.insert(when.to_string(), (json(objects), json(devices)));
-            }
-            _ => {}
+        if let ["STATE", when, objects, devices] = line.split('\t').collect::<Vec<_>>()[..] {
+            let json = |s: &str| serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"));
+            state.insert(when.to_string(), (json(objects), json(devices)));
         }
     }
     let setup_result = got.get(&("setup".into(), "Manager.CreateDevice".into()));

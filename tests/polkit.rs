@@ -8,9 +8,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::process::Command;
-
 use common::authorization::{self, Need};
 use common::daemon::TestHost;
 
@@ -52,41 +49,8 @@ fn polkit_decides_every_method_for_root_the_group_and_nobody() {
     let work = tempfile::tempdir().expect("tempdir");
     let calls_file = work.path().join("calls");
     std::fs::write(&calls_file, authorization::calls()).expect("calls");
-    let ns_work = work.path().join("ns");
-    std::fs::create_dir(&ns_work).expect("ns dir");
-    let repo = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new("timeout")
-        .args([
-            "120",
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "bash",
-        ])
-        .arg(format!("{repo}/tests/polkit/namespace.sh"))
-        .arg(repo)
-        .arg(&ns_work)
-        .arg(common::daemon::vgpud_bin())
-        .arg(&host.root)
-        .arg(&calls_file)
-        .output()
-        .expect("unshare (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the namespace run failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let mut got: BTreeMap<(String, String), (String, String)> = BTreeMap::new();
-    for line in stdout.lines().filter(|l| l.starts_with("RESULT\t")) {
-        let f: Vec<&str> = line.splitn(5, '\t').collect();
-        got.insert(
-            (f[1].to_string(), f[2].to_string()),
-            (f[3].to_string(), f.get(4).unwrap_or(&"").to_string()),
-        );
-    }
+    let run = authorization::run_in_namespace("namespace.sh", &host.root, &[&calls_file]);
+    let (got, stdout) = (&run.results, &run.stdout);
     let mut wrong = Vec::new();
     for caller in ["root", "broker", "nobody"] {
         for &(interface, member, need, ..) in authorization::SPEC {

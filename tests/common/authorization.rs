@@ -6,7 +6,9 @@
 //! Each entry also says how a test calls the method harmlessly with `gdbus call` (object and
 //! arguments), on a simulated host of the profile `mtty` with the device [`DEV`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
 
 /// What a method needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,4 +314,47 @@ pub fn table_methods() -> BTreeSet<(String, String)> {
     SPEC.iter()
         .map(|e| (e.0.to_string(), e.1.to_string()))
         .collect()
+}
+
+/// The answers of a run of a tests/polkit/ script: `(caller, label)` → `(outcome, message)`,
+/// from its `RESULT` lines (tests/polkit/system-bus.sh `call_each`), and its whole output.
+pub struct NamespaceRun {
+    /// Each call's outcome (`ok` or the D-Bus error name) and message.
+    pub results: BTreeMap<(String, String), (String, String)>,
+    /// What the script printed.
+    pub stdout: String,
+}
+
+/// Runs `tests/polkit/SCRIPT REPO WORK VGPUD SIMROOT ARGS…` in a private mount namespace
+/// (`unshare --mount`), two minutes at most, and fails the test if the script fails.
+pub fn run_in_namespace(script: &str, simroot: &Path, args: &[&Path]) -> NamespaceRun {
+    let work = tempfile::tempdir().expect("tempdir");
+    let repo = env!("CARGO_MANIFEST_DIR");
+    let out = Command::new("timeout")
+        .args(["120", "unshare", "--mount", "--propagation", "private"])
+        .arg("bash")
+        .arg(format!("{repo}/tests/polkit/{script}"))
+        .arg(repo)
+        .arg(work.path())
+        .arg(super::daemon::vgpud_bin())
+        .arg(simroot)
+        .args(args)
+        .output()
+        .expect("unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the namespace run failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let mut results = BTreeMap::new();
+    for line in stdout.lines().filter(|l| l.starts_with("RESULT\t")) {
+        let f: Vec<&str> = line.splitn(5, '\t').collect();
+        results.insert(
+            (f[1].to_string(), f[2].to_string()),
+            (f[3].to_string(), f.get(4).unwrap_or(&"").to_string()),
+        );
+    }
+    NamespaceRun { results, stdout }
 }
