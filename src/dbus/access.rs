@@ -442,15 +442,102 @@ fn unit_from_cgroup(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// README's "Who may do what", by hand: every method of the API and the property reads.
+    /// (tests/authorization_spec.rs checks the same against the introspection data and the
+    /// real polkitd.)
     #[test]
     fn every_method_has_an_action_and_unknown_ones_get_the_strictest() {
-        assert_eq!(action_of("ListDevices"), Action::Read);
-        assert_eq!(action_of("RenderDomain"), Action::Read);
-        assert_eq!(action_of("CreateDevice"), Action::ManageDevices);
-        assert_eq!(action_of("DetachDevice"), Action::ManageDevices);
-        assert_eq!(action_of("SetVfCount"), Action::ConfigureHost);
-        assert_eq!(action_of("SetHeterogeneousMode"), Action::ConfigureHost);
-        assert_eq!(action_of("SomethingNew"), Action::ConfigureHost);
+        let read = [
+            "ListGpus",
+            "ListTypes",
+            "ListDevices",
+            "GetCapacity",
+            "GetTypeInfo",
+            "GetHostdevXml",
+            "RenderHostdevXml",
+            "RenderDomain",
+            "ListMigProfiles",
+            "GetMetrics",
+            "ListLayouts",
+            "DiffLayout",
+            "Get",
+            "GetAll",
+            "GetManagedObjects",
+        ];
+        let manage = [
+            "CreateDevice",
+            "RemoveDevice",
+            "ModifyDevice",
+            "StartDevice",
+            "StopDevice",
+            "AttachDevice",
+            "DetachDevice",
+        ];
+        let configure = [
+            "SetVfCount",
+            "SetHeterogeneousMode",
+            "SetMigMode",
+            "CreateGpuInstance",
+            "DestroyGpuInstance",
+            "SetScheduler",
+            "ApplyLayout",
+            "Set",
+            "SomethingNew",
+            "",
+        ];
+        for (methods, action) in [
+            (&read[..], Action::Read),
+            (&manage[..], Action::ManageDevices),
+            (&configure[..], Action::ConfigureHost),
+        ] {
+            for m in methods {
+                assert_eq!(action_of(m), action, "{m}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_action_ids_are_the_policy_files() {
+        let policy = include_str!("../../polkit/org.vgpud1.policy");
+        let ids = [
+            (Action::Read, "org.vgpud1.read"),
+            (Action::ManageDevices, "org.vgpud1.manage-devices"),
+            (Action::ConfigureHost, "org.vgpud1.configure-host"),
+        ];
+        for (action, id) in ids {
+            assert_eq!(action.id(), id);
+            assert!(policy.contains(&format!("<action id=\"{id}\">")), "{id}");
+        }
+    }
+
+    #[test]
+    fn kept_answers_are_bounded_and_expired_ones_go_first() {
+        let mut map: HashMap<u32, (Instant, bool)> = HashMap::new();
+        keep(&mut map, 1, true);
+        keep(&mut map, 2, false);
+        assert_eq!(map.len(), 2, "below the bound, nothing is dropped");
+        assert_eq!(map.get(&2).map(|e| e.1), Some(false));
+        // Full, half of it expired: the expired half goes, the fresh half stays.
+        let old = Instant::now()
+            .checked_sub(KEEP * 2)
+            .expect("a clock past 10 s");
+        map.clear();
+        for k in 0..KEEP_MAX as u32 {
+            let at = if k % 2 == 0 { old } else { Instant::now() };
+            map.insert(k, (at, true));
+        }
+        keep(&mut map, u32::MAX, true);
+        assert_eq!(map.len(), KEEP_MAX / 2 + 1);
+        assert!(map.contains_key(&1) && !map.contains_key(&0));
+        assert!(map.contains_key(&u32::MAX));
+        // Full of fresh answers: all go, so the map never grows past the bound.
+        keep(&mut map, u32::MAX - 1, true);
+        for k in 0..KEEP_MAX as u32 {
+            map.insert(k, (Instant::now(), true));
+        }
+        assert!(map.len() >= KEEP_MAX);
+        keep(&mut map, u32::MAX - 2, true);
+        assert_eq!(map.len(), 1);
     }
 
     #[test]

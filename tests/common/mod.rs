@@ -1,5 +1,6 @@
 //! Shared parts of the integration tests.
 #![allow(dead_code)]
+pub mod authorization;
 pub mod daemon;
 pub mod golden;
 pub mod introspection;

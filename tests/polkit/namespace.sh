@@ -22,18 +22,6 @@ run_as() {
   esac
 }
 for caller in root broker nobody; do
-  while IFS=$'\t' read -r method member object args; do
-    [ -n "$method" ] || continue
-    # shellcheck disable=SC2086 # ARGS are separate gdbus arguments
-    eval "set -- $args"
-    out=$(run_as "$caller" gdbus call --system --dest org.vgpud1 --object-path "$object" \
-      --method "$member" "$@" 2>&1) && rc=0 || rc=$?
-    if [ $rc -eq 0 ]; then
-      printf 'RESULT\t%s\t%s\tok\t\n' "$caller" "$method"
-    else
-      name=$(printf '%s' "$out" | sed -n 's/.*GDBus\.Error:\([A-Za-z0-9_.]*\):.*/\1/p' | head -n 1)
-      printf 'RESULT\t%s\t%s\t%s\t%s\n' "$caller" "$method" "${name:-unknown}" "$(printf '%s' "$out" | tr '\n\t' '  ' | cut -c1-300)"
-    fi
-  done <"$calls"
+  call_each "$caller" "$calls" run_as "$caller"
 done
 echo "AUDIT $(grep -c 'audit' "$work/vgpud.log" || true)"

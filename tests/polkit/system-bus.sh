@@ -80,3 +80,27 @@ wait_for_name() {
   echo "namespace: $1 did not appear on the bus" >&2
   return 1
 }
+
+# Makes each call of the file CALLS as CALLER, through the command prefix RUN... (setpriv, or
+# nothing for root): one call a line, `LABEL<TAB>INTERFACE.MEMBER<TAB>OBJECT<TAB>ARGS` (gdbus
+# call's argument syntax); prints `RESULT<TAB>CALLER<TAB>LABEL<TAB>ok|<D-Bus error name><TAB>message`.
+#
+#   call_each CALLER CALLS [RUN...]
+call_each() {
+  local caller=$1 calls=$2 method member object args out rc name
+  shift 2
+  local -a run=("$@")
+  while IFS=$'\t' read -r method member object args; do
+    [ -n "$method" ] || continue
+    # ARGS are separate gdbus arguments.
+    eval "set -- $args"
+    out=$("${run[@]}" gdbus call --system --dest org.vgpud1 --object-path "$object" \
+      --method "$member" "$@" 2>&1) && rc=0 || rc=$?
+    if [ $rc -eq 0 ]; then
+      printf 'RESULT\t%s\t%s\tok\t\n' "$caller" "$method"
+    else
+      name=$(printf '%s' "$out" | sed -n 's/.*GDBus\.Error:\([A-Za-z0-9_.]*\):.*/\1/p' | head -n 1)
+      printf 'RESULT\t%s\t%s\t%s\t%s\n' "$caller" "$method" "${name:-unknown}" "$(printf '%s' "$out" | tr '\n\t' '  ' | cut -c1-300)"
+    fi
+  done <"$calls"
+}

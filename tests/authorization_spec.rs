@@ -1,0 +1,191 @@
+//! Authorization against a written spec: tests/common/authorization.rs, a table written by
+//! hand from the API's documentation, says what every method needs.
+//!
+//! - The table names exactly the methods of dbus/org.vgpud1.xml and of the running daemon's
+//!   introspection (every object, every interface), no more, no fewer.
+//! - Under the real polkitd (tests/polkit/read_only.sh, in a private mount namespace), a caller
+//!   that a polkit rule of this test grants `org.vgpud1.read` only is allowed every read and
+//!   refused every change, by vgpud's own check naming the table's action, and nothing
+//!   changes. A second caller, which the bus lets through but polkit grants nothing, is
+//!   refused every read and change too (only introspection and `Peer` stay open).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::authorization::{self, Need, DEV};
+use common::daemon::TestHost;
+use common::proxy::opts;
+use common::setup::Setup;
+
+#[test]
+fn the_table_names_every_documented_method() {
+    let documented = authorization::documented_methods();
+    let table = authorization::table_methods();
+    let vgpud: BTreeSet<_> = table
+        .iter()
+        .filter(|(i, _)| i.starts_with("org.vgpud1."))
+        .cloned()
+        .collect();
+    assert!(
+        documented.len() >= 26,
+        "dbus/org.vgpud1.xml parsed: {documented:?}"
+    );
+    let missing: Vec<_> = documented.difference(&vgpud).collect();
+    let extra: Vec<_> = vgpud.difference(&documented).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "tests/common/authorization.rs must name every method of dbus/org.vgpud1.xml: missing \
+         {missing:?}; not in the API {extra:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_table_names_every_method_the_daemon_introspects() {
+    let s = Setup::new(&["mtty"]).await;
+    let m = s.manager().await;
+    let (_, dev_path) = m
+        .create_device("mtty-1", opts(&[("uuid", DEV)]))
+        .await
+        .expect("create");
+    let gpu_path = m.list_gpus().await.expect("gpus")[0].4.clone();
+    let mut live = BTreeSet::new();
+    for path in [
+        "/org/vgpud1",
+        "/org/vgpud1/nvidia",
+        "/org/vgpud1/layouts",
+        gpu_path.as_str(),
+        dev_path.as_str(),
+    ] {
+        let proxy = zbus::fdo::IntrospectableProxy::builder(&s.conn)
+            .destination("org.vgpud1")
+            .path(path)
+            .build()
+            .await
+            .expect("introspectable");
+        let xml = proxy.introspect().await.expect("Introspect");
+        live.extend(authorization::methods_of(&xml));
+    }
+    let table = authorization::table_methods();
+    assert!(
+        live.contains(&("org.freedesktop.DBus.Properties".into(), "GetAll".into())),
+        "introspection parsed: {live:?}"
+    );
+    let missing: Vec<_> = live.difference(&table).collect();
+    let extra: Vec<_> = table.difference(&live).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "tests/common/authorization.rs must name every method the daemon serves: missing \
+         {missing:?}; not served {extra:?}"
+    );
+}
+
+/// The test's polkit rule: the reader gets `org.vgpud1.read` and no other org.vgpud1 action;
+/// the denied user gets none. Read before the project's 50-org.vgpud1.rules, which would let
+/// the group vgpud manage devices.
+const READ_ONLY_RULE: &str = r#"// tests/authorization_spec.rs: vgpud-reader may read, and do nothing else.
+polkit.addRule(function(action, subject) {
+    if (action.id.indexOf("org.vgpud1.") != 0) {
+        return polkit.Result.NOT_HANDLED;
+    }
+    if (subject.user == "vgpud-reader") {
+        return action.id == "org.vgpud1.read" ? polkit.Result.YES : polkit.Result.NO;
+    }
+    if (subject.user == "vgpud-denied") {
+        return polkit.Result.NO;
+    }
+});
+"#;
+
+#[test]
+fn callers_granted_only_read_or_nothing_get_exactly_that() {
+    const TEST: &str = "callers_granted_only_read_or_nothing_get_exactly_that";
+    if !common::skip::require_root(
+        TEST,
+        "to make a mount namespace, bind-mount polkit's files and call as another user",
+    ) {
+        return;
+    }
+    let polkitd = std::path::Path::new("/usr/lib/polkit-1/polkitd");
+    assert!(
+        polkitd.exists(),
+        "the real polkitd is needed (Debian package polkitd; tools/install-deps installs it)"
+    );
+    let host = TestHost::new(&["mtty"]);
+    let work = tempfile::tempdir().expect("tempdir");
+    let calls = work.path().join("calls");
+    std::fs::write(&calls, authorization::calls()).expect("calls");
+    let setup = work.path().join("setup");
+    std::fs::write(
+        &setup,
+        format!(
+            "Manager.CreateDevice\torg.vgpud1.Manager.CreateDevice\t/org/vgpud1\tmtty-1 \"{{'uuid': <'{DEV}'>}}\"\n"
+        ),
+    )
+    .expect("setup");
+    let rules = work.path().join("10-vgpud-test-read-only.rules");
+    std::fs::write(&rules, READ_ONLY_RULE).expect("rules");
+    let run =
+        authorization::run_in_namespace("read_only.sh", &host.root, &[&calls, &rules, &setup]);
+    let (got, stdout) = (&run.results, &run.stdout);
+    let mut state: BTreeMap<String, (serde_json::Value, serde_json::Value)> = BTreeMap::new();
+    for line in stdout.lines() {
+        if let ["STATE", when, objects, devices] = line.split('\t').collect::<Vec<_>>()[..] {
+            let json = |s: &str| serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"));
+            state.insert(when.to_string(), (json(objects), json(devices)));
+        }
+    }
+    let setup_result = got.get(&("setup".into(), "Manager.CreateDevice".into()));
+    assert!(
+        matches!(setup_result, Some((o, _)) if o == "ok"),
+        "root makes the device {DEV}: {setup_result:?}\n{stdout}"
+    );
+
+    let mut wrong = Vec::new();
+    let (mut allowed, mut refused) = (0, 0);
+    for &(interface, member, need, ..) in authorization::SPEC {
+        let label = authorization::label(interface, member);
+        for caller in ["reader", "denied"] {
+            let Some((outcome, message)) = got.get(&(caller.to_string(), label.clone())) else {
+                wrong.push(format!("{caller} {label}: no answer"));
+                continue;
+            };
+            if matches!((caller, need), (_, Need::Open) | ("reader", Need::Read)) {
+                allowed += 1;
+                if outcome == "org.freedesktop.DBus.Error.AccessDenied"
+                    || outcome == "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"
+                {
+                    wrong.push(format!("{caller} {label} is allowed, refused: {message}"));
+                }
+                continue;
+            }
+            refused += 1;
+            let action = need.action().unwrap_or_default();
+            // vgpud's own refusal, for the table's action (not the bus's, not another
+            // action's): "uid 64910 (…) is not authorized for ACTION (MEMBER)".
+            if outcome != "org.freedesktop.DBus.Error.AccessDenied"
+                || !message.contains(&format!("is not authorized for {action} ({member})"))
+            {
+                wrong.push(format!(
+                    "{caller} {label} needs {action}: expected vgpud's AccessDenied for it, got \
+                     {outcome}: {message}"
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the answers differ from tests/common/authorization.rs:\n{}\n\n{stdout}",
+        wrong.join("\n")
+    );
+    assert!(
+        allowed >= 15 && refused >= 30,
+        "{allowed} allowed and {refused} refused calls"
+    );
+    let (before, after) = (state.get("before"), state.get("after"));
+    assert!(
+        before.is_some_and(|b| b.1.to_string().contains(DEV)),
+        "the state before shows the device: {before:?}"
+    );
+    assert_eq!(before, after, "the refused changes changed nothing");
+}
