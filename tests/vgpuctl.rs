@@ -632,6 +632,40 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
         &["mig", "create", mig, "3g.71gb", "--placement", "4"],
         4,
     );
+    // Enabling VFs again (through 0) would wipe the instance: refused (exit 4) naming it,
+    // until --force.
+    ok(&s, &["vfs", mig, "0"]);
+    let refused = fails(&s, &["vfs", mig, "32"], 4);
+    assert!(refused.contains("3g.71gb"), "{refused}");
+    assert_eq!(
+        json(&s, &["mig", "instances", mig])
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "the instance is still there"
+    );
+    ok(&s, &["vfs", mig, "0"]);
+    ok(&s, &["vfs", mig, "32", "--force"]);
+    assert_eq!(
+        json(&s, &["mig", "instances", mig]),
+        serde_json::json!([]),
+        "--force let it go"
+    );
+    let id: u32 = ok(
+        &s,
+        &[
+            "mig",
+            "create",
+            mig,
+            "3g.71gb",
+            "--placement",
+            "4",
+            "--transient",
+        ],
+    )
+    .trim()
+    .parse()
+    .expect("an instance id");
     assert_eq!(
         json(&s, &["mig", "destroy", mig, &id.to_string()]),
         serde_json::json!({"gpu": mig, "id": id, "destroyed": true})

@@ -196,6 +196,9 @@ pub enum Command {
         /// Not again at boot.
         #[arg(long)]
         transient: bool,
+        /// Let enabling the VFs wipe the GPU's MIG GPU instances (refused without it).
+        #[arg(long)]
+        force: bool,
     },
     /// NVIDIA's heterogeneous (mixed-size) vGPU mode of a GPU.
     Heterogeneous {

@@ -452,10 +452,13 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             gpu,
             count,
             transient,
+            force,
         } => {
-            let n = client
-                .set_vf_count(&gpu, count, &persistence(transient))
-                .await?;
+            let mut options = persistence(transient);
+            if force {
+                options = options.bool("force", true);
+            }
+            let n = client.set_vf_count(&gpu, count, &options).await?;
             if j {
                 json(&done(&[("gpu", gpu.into()), ("num_vfs", n.into())]))?
             } else {
