@@ -323,6 +323,16 @@ fn libvirt_errors_keep_libvirts_message_and_change_nothing() {
     let err =
         attach(&engine, &libvirt, &uuid, "", AttachOptions::default()).expect_err("bad domain");
     assert!(matches!(err, AttachError::InvalidArgument(_)), "{err}");
+    // The domain becomes the owner: the owner rule holds (nothing that shows as another name).
+    for hidden in ["vdi-1 ", "vdi\u{202e}1", "vdi\u{200b}-1"] {
+        let err = attach(&engine, &libvirt, &uuid, hidden, AttachOptions::default())
+            .expect_err("a name that shows as another");
+        assert!(
+            matches!(err, AttachError::InvalidArgument(_)),
+            "{hidden:?}: {err}"
+        );
+    }
+    assert_eq!(engine.device(&uuid).expect("known").owner, "");
 }
 
 #[tokio::test]

@@ -291,6 +291,9 @@ fn impact(state: DomainState, opts: AttachOptions, domain: &str) -> Result<Impac
     Ok(impact)
 }
 
+/// A domain name, which becomes the device's owner: the owner rule
+/// ([`crate::engine::check_owner`]: no outer white space, no invisible or bidirectional
+/// character), and not empty.
 fn check_domain_name(domain: &str) -> Result<(), AttachError> {
     if domain.is_empty() || domain.len() > 256 || domain.chars().any(char::is_control) {
         return Err(AttachError::InvalidArgument(format!(
@@ -298,7 +301,7 @@ fn check_domain_name(domain: &str) -> Result<(), AttachError> {
             domain.chars().take(48).collect::<String>()
         )));
     }
-    Ok(())
+    crate::engine::check_owner("domain", domain).map_err(AttachError::InvalidArgument)
 }
 
 /// Attach or detach.
