@@ -57,13 +57,7 @@ async fn the_table_names_every_method_the_daemon_introspects() {
         gpu_path.as_str(),
         dev_path.as_str(),
     ] {
-        let proxy = zbus::fdo::IntrospectableProxy::builder(&s.conn)
-            .destination("org.vgpud1")
-            .path(path)
-            .build()
-            .await
-            .expect("introspectable");
-        let xml = proxy.introspect().await.expect("Introspect");
+        let xml = common::introspection::introspect(&s.conn, path).await;
         live.extend(authorization::methods_of(&xml));
     }
     let table = authorization::table_methods();

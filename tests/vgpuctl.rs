@@ -599,19 +599,24 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
     assert_eq!(busctl_gpu_property(&s, mig, "NumVfs"), 32);
 
     // A GPU instance at placement 4, seen by busctl, then destroyed.
-    let id = ok(
-        &s,
-        &[
-            "mig",
-            "create",
-            mig,
-            "3g.71gb",
-            "--placement",
-            "4",
-            "--transient",
-        ],
-    );
-    let id: u32 = id.trim().parse().expect("an instance id");
+    let make_instance = || -> u32 {
+        ok(
+            &s,
+            &[
+                "mig",
+                "create",
+                mig,
+                "3g.71gb",
+                "--placement",
+                "4",
+                "--transient",
+            ],
+        )
+        .trim()
+        .parse()
+        .expect("an instance id")
+    };
+    let id = make_instance();
     let instances = json(&s, &["mig", "instances", mig]);
     assert_eq!(
         instances,
@@ -651,21 +656,7 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
         serde_json::json!([]),
         "--force let it go"
     );
-    let id: u32 = ok(
-        &s,
-        &[
-            "mig",
-            "create",
-            mig,
-            "3g.71gb",
-            "--placement",
-            "4",
-            "--transient",
-        ],
-    )
-    .trim()
-    .parse()
-    .expect("an instance id");
+    let id = make_instance();
     assert_eq!(
         json(&s, &["mig", "destroy", mig, &id.to_string()]),
         serde_json::json!({"gpu": mig, "id": id, "destroyed": true})

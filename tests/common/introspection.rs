@@ -30,3 +30,15 @@ pub fn document(blocks: &str) -> String {
         "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n<!-- org.vgpud1: the manager at /org/vgpud1, GPUs at /org/vgpud1/gpu/<escaped address>,\n     devices at /org/vgpud1/device/<escaped uuid>. Generated from the running daemon;\n     a test compares it with what the daemon reports. -->\n<node>\n{blocks}</node>\n"
     )
 }
+
+/// vgpud's introspection data of the object at `path`.
+#[allow(dead_code)]
+pub async fn introspect(conn: &zbus::Connection, path: &str) -> String {
+    let proxy = zbus::fdo::IntrospectableProxy::builder(conn)
+        .destination("org.vgpud1")
+        .path(path)
+        .build()
+        .await
+        .expect("introspectable");
+    proxy.introspect().await.expect("Introspect")
+}
