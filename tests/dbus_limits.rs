@@ -6,7 +6,8 @@
 //! - names of 201–256 bytes, which the adapter must let through (what answers then is a
 //!   later layer: the engine, the XML renderer, or success), and
 //! - names past the documented limit (README: "names 256 bytes", layouts and MIG profiles
-//!   64, string options 4096), which the adapter must refuse itself, with its own words:
+//!   64, the name options `owner` and `parent` 256 like names, other string options 4096),
+//!   which the adapter must refuse itself, with its own words:
 //!   "WHAT of METHOD is N bytes long; at most MAX are accepted".
 
 mod common;
@@ -45,10 +46,10 @@ const ARGUMENTS: &[(&str, &str, usize)] = &[
     ("GetMetrics", "gpu_or_uuid", NAME),
     ("ApplyLayout", "name", SHORT_NAME),
     ("DiffLayout", "name", SHORT_NAME),
-    ("CreateDevice", "option \"parent\"", OPTION_STRING),
-    ("CreateDevice", "option \"owner\"", OPTION_STRING),
-    ("GetCapacity", "option \"parent\"", OPTION_STRING),
-    ("GetTypeInfo", "option \"parent\"", OPTION_STRING),
+    ("CreateDevice", "option \"parent\"", NAME),
+    ("CreateDevice", "option \"owner\"", NAME),
+    ("GetCapacity", "option \"parent\"", NAME),
+    ("GetTypeInfo", "option \"parent\"", NAME),
     ("RenderDomain", "option \"template\"", OPTION_STRING),
 ];
 
