@@ -202,7 +202,8 @@ const CREATE_OPTIONS: &[&str] = &[
 const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
-const VF_COUNT_OPTIONS: &[&str] = &["persistent"];
+const VF_COUNT_OPTIONS: &[&str] = &["persistent", "force"];
+const PERSISTENT_OPTIONS: &[&str] = &["persistent"];
 
 const ATTACH_OPTIONS: &[&str] = &["live", "config"];
 const RENDER_OPTIONS: &[&str] = &[
@@ -728,7 +729,7 @@ impl Manager {
             let mut opts = OptionReader::new("SetVfCount", options);
             let persistent = opts.boolean("persistent")?.unwrap_or(true);
             let force = opts.boolean("force")?.unwrap_or(false);
-            opts.finish(&["persistent", "force"])?;
+            opts.finish(VF_COUNT_OPTIONS)?;
             let engine = self.engine.clone();
             self.changing(cause, &gpu.clone(), move || {
                 engine.set_vf_count_with(&gpu, count, persistent, force)
@@ -757,7 +758,7 @@ impl Manager {
                 .await?;
             let mut opts = OptionReader::new("SetHeterogeneousMode", options);
             let persistent = opts.boolean("persistent")?.unwrap_or(true);
-            opts.finish(VF_COUNT_OPTIONS)?;
+            opts.finish(PERSISTENT_OPTIONS)?;
             let engine = self.engine.clone();
             self.changing(cause, &gpu.clone(), move || {
                 engine.set_heterogeneous(&gpu, enabled, persistent)

@@ -58,8 +58,9 @@ impl Drop for Clear<'_> {
 }
 
 impl Renderer {
-    /// A renderer of the engine's metrics, following the engine's events (at most one
-    /// rendering a second after them). Call it within the runtime.
+    /// A renderer of the engine's metrics. An event of the engine marks the host's part
+    /// stale; the next scrape renders it again (nothing is rendered while nobody scrapes,
+    /// so a storm of changes costs no look at the host). Call it within the runtime.
     pub fn new(engine: Arc<Engine>) -> Self {
         let this = Renderer(Arc::new(Inner {
             engine,
@@ -70,23 +71,13 @@ impl Renderer {
         let woken = Arc::new(tokio::sync::Notify::new());
         let wake = woken.clone();
         let events = this.0.engine.events().subscribe(move || wake.notify_one());
-        let follower = this.clone();
+        let follower = this.0.clone();
         tokio::spawn(async move {
             loop {
                 woken.notified().await;
                 // Which change does not matter: the host's part is rendered again.
                 drop(events.drain());
-                follower.0.stale.store(true, Ordering::Release);
-                let age = follower
-                    .0
-                    .host
-                    .borrow()
-                    .as_ref()
-                    .map(|(at, _)| at.elapsed());
-                if let Some(age) = age.filter(|a| *a < FRESH) {
-                    tokio::time::sleep(FRESH - age).await;
-                }
-                follower.refresh();
+                follower.stale.store(true, Ordering::Release);
             }
         });
         this
