@@ -68,8 +68,10 @@ pub struct Caller {
     pub unit: Option<String>,
 }
 
-/// How long a yes of polkit (or root's, without polkitd), or a caller's credentials, are
-/// kept. A no is not kept: the next call asks again.
+/// How long an answer of polkit (or root's yes, without polkitd) is kept for a connection
+/// and an action, a no too, so that a flood of refused calls asks polkit once per
+/// connection, not once per call. A call that allows interactive authorization asks every
+/// time (the user may authenticate now); only a yes it gets is kept.
 const KEEP: Duration = Duration::from_secs(5);
 /// At most this many answers are kept; past it, expired ones are dropped first.
 const KEEP_MAX: usize = 4096;
@@ -77,10 +79,47 @@ const KEEP_MAX: usize = 4096;
 /// asking the bus again under a flood would make every call wait for the flooded bus.
 const CALLER_KEEP: Duration = Duration::from_secs(300);
 
+/// What polkit answered for a connection and an action (kept for [`KEEP`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Yes,
+    /// Authenticating would lift the refusal.
+    Challenge,
+    No,
+    /// polkitd could not be asked (why), and the caller is not root.
+    NoPolkit(String),
+}
+
+impl Answer {
+    /// The answer to a call of `method`: its refusal names the method and the caller.
+    fn result(self, method: &str, action: Action, caller: &Caller) -> Result<()> {
+        match self {
+            Answer::Yes => Ok(()),
+            Answer::Challenge => Err(Error::interactive_authorization_required(format!(
+                "{method} needs {}, which {} can get by authenticating: call again allowing interactive authorization",
+                action.id(),
+                describe(caller)
+            ))),
+            Answer::No => Err(Error::access_denied(format!(
+                "{} is not authorized for {} ({method}); see polkit's rules for org.vgpud1, or add the user to the group vgpud",
+                describe(caller),
+                action.id()
+            ))),
+            Answer::NoPolkit(why) => Err(Error::access_denied(format!(
+                "{method} needs {}, and polkit cannot be asked ({why}): only root may call vgpud without polkitd; {} is not root",
+                action.id(),
+                describe(caller)
+            ))),
+        }
+    }
+}
+
 /// The authorization check shared by every method.
 pub struct Access {
     conn: Connection,
-    answers: Mutex<HashMap<(String, Action), (Instant, bool)>>,
+    answers: Mutex<HashMap<(String, Action), (Instant, Answer)>>,
+    /// Questions to polkit under way, one per connection and action.
+    asking: Mutex<HashMap<(String, Action), Arc<tokio::sync::OnceCell<Answer>>>>,
     callers: Mutex<HashMap<String, (Instant, Caller)>>,
     /// Lookups of credentials under way, one per connection: the calls a connection pipelines
     /// before its credentials are known wait for one question to the bus, not one each.
@@ -109,6 +148,7 @@ impl Access {
         Access {
             conn,
             answers: Mutex::new(HashMap::new()),
+            asking: Mutex::new(HashMap::new()),
             callers: Mutex::new(HashMap::new()),
             looking_up: Mutex::new(HashMap::new()),
             authority: Mutex::new(None),
@@ -125,44 +165,71 @@ impl Access {
             // A peer-to-peer connection (no bus): only vgpud's own tests make those.
             return Ok(caller);
         }
-        let key = (caller.name.clone(), action);
-        if let Some((at, yes)) = lock(&self.answers).get(&key).copied() {
-            if at.elapsed() < KEEP && yes {
-                return Ok(caller);
-            }
-        }
         let interactive = header
             .primary()
             .flags()
             .contains(Flags::ALLOW_INTERACTIVE_AUTH);
+        let answer = if interactive {
+            // The user may authenticate now: asked every time, and not kept.
+            let answer = self.ask(header, action, &caller, true).await;
+            if answer == Answer::Yes {
+                keep(
+                    &mut lock(&self.answers),
+                    (caller.name.clone(), action),
+                    answer.clone(),
+                );
+            }
+            answer
+        } else {
+            self.answer(header, action, &caller).await
+        };
+        answer.result(method, action, &caller).map(|()| caller)
+    }
+
+    /// The kept answer for the caller's connection and `action`, else polkit's, asked once
+    /// for all the calls of the connection that want it at the same time.
+    async fn answer(&self, header: &Header<'_>, action: Action, caller: &Caller) -> Answer {
+        let key = (caller.name.clone(), action);
+        let kept = lock(&self.answers)
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < KEEP)
+            .map(|(_, a)| a.clone());
+        if let Some(answer) = kept {
+            return answer;
+        }
+        let cell = {
+            let mut pending = lock(&self.asking);
+            if pending.len() >= KEEP_MAX {
+                pending.clear();
+            }
+            pending.entry(key.clone()).or_default().clone()
+        };
+        let answer = cell
+            .get_or_init(|| self.ask(header, action, caller, false))
+            .await
+            .clone();
+        let mut pending = lock(&self.asking);
+        if pending.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            pending.remove(&key);
+            keep(&mut lock(&self.answers), key, answer.clone());
+        }
+        answer
+    }
+
+    /// Asks polkit whether `caller` may take `action` (root may without polkitd).
+    async fn ask(
+        &self,
+        header: &Header<'_>,
+        action: Action,
+        caller: &Caller,
+        interactive: bool,
+    ) -> Answer {
         match self.ask_polkit(header, action, interactive).await {
-            Ok(result) if result.is_authorized => {
-                keep(&mut lock(&self.answers), key, true);
-                Ok(caller)
-            }
-            Ok(result) if result.is_challenge && !interactive => {
-                Err(Error::interactive_authorization_required(format!(
-                    "{method} needs {}, which {} can get by authenticating: call again allowing interactive authorization",
-                    action.id(),
-                    describe(&caller)
-                )))
-            }
-            Ok(_) => Err(Error::access_denied(format!(
-                "{} is not authorized for {} ({method}); see polkit's rules for org.vgpud1, or add the user to the group vgpud",
-                describe(&caller),
-                action.id()
-            ))),
-            Err(why) => {
-                if caller.uid == Some(0) {
-                    keep(&mut lock(&self.answers), key, true);
-                    return Ok(caller);
-                }
-                Err(Error::access_denied(format!(
-                    "{method} needs {}, and polkit cannot be asked ({why}): only root may call vgpud without polkitd; {} is not root",
-                    action.id(),
-                    describe(&caller)
-                )))
-            }
+            Ok(result) if result.is_authorized => Answer::Yes,
+            Ok(result) if result.is_challenge && !interactive => Answer::Challenge,
+            Ok(_) => Answer::No,
+            Err(_) if caller.uid == Some(0) => Answer::Yes,
+            Err(why) => Answer::NoPolkit(why),
         }
     }
 
@@ -292,6 +359,43 @@ pub fn call_guard(access: std::sync::Arc<Access>) -> zbus::object_server::CallGu
     })
 }
 
+/// The bound on calls in flight, checked for every method call (the standard interfaces'
+/// too) as it is read, before a task is started for it: a call of a known caller takes a
+/// slot of its uid's budget ([`CALLS`]), a call of a connection whose credentials are not
+/// known yet one of its connection's ([`WAITING`]). A call past its budget is answered
+/// `Busy` at once, and the answer is queued without holding up the calls read after it; so
+/// a flood of calls, refused ones included, holds a bounded amount of memory, and root's
+/// calls behind it are read and answered while the flood's answers wait for the bus.
+pub fn dispatch_limit(access: std::sync::Arc<Access>) -> zbus::object_server::DispatchLimit {
+    std::sync::Arc::new(move |msg: &zbus::Message| {
+        let header = msg.header();
+        let caller = access.cached_caller(&header);
+        let slot: Result<Box<dyn std::any::Any + Send>> = match (&caller, header.sender()) {
+            (Some(caller), _) => CALLS.take_for(caller).map(|s| Box::new(s) as _),
+            (None, Some(name)) => WAITING
+                .take_waiting(name.as_str())
+                .map(|s| Box::new(s) as _),
+            // A peer-to-peer connection (no bus): only vgpud's own tests make those.
+            (None, None) => Ok(Box::new(())),
+        };
+        slot.map_err(|busy| {
+            let method = header.member().map(|m| m.as_str()).unwrap_or_default();
+            if action_of(method) != Action::Read {
+                // Rate-limited per uid (see `audit::refused`): a flood costs a count.
+                let caller = caller.unwrap_or_default();
+                let cause = crate::engine::Cause {
+                    method: method.chars().take(64).collect(),
+                    uid: caller.uid,
+                    pid: caller.pid,
+                    unit: caller.unit,
+                };
+                crate::audit::refused(&cause, "", busy.name(), &busy.message());
+            }
+            Box::new(busy) as zbus::BoxDBusError
+        })
+    })
+}
+
 /// How many calls of one user (by uid) may be in flight at once. A call past it is answered
 /// `Busy` at once, before any work is done for it, so a flood of calls (refused ones
 /// included) costs vgpud a bounded amount of memory and time however many are sent.
@@ -299,12 +403,14 @@ pub const CALLS_PER_UID: usize = 64;
 /// Root's own budget: its calls never count against the others', so others cannot starve
 /// it, and a broker running as root may storm (the engine queues its calls fairly).
 pub const CALLS_OF_ROOT: usize = 1024;
-/// How many calls of one connection may wait while its credentials are asked of the bus
-/// (its first calls, pipelined); the rest are answered `Busy` at once. The system bus lets
-/// a connection await 128 replies at most, so there this never refuses a call.
-pub const WAITING_PER_CONNECTION: usize = 256;
-/// How many calls of all connections may wait for their credentials at once.
-pub const WAITING_ALL: usize = 4096;
+/// How many calls of all users but root may be in flight at once.
+pub const CALLS_OF_OTHERS: usize = 2048;
+/// How many calls of one connection may be in flight while its credentials are asked of
+/// the bus (its first calls, pipelined); the rest are answered `Busy` at once. The system
+/// bus lets a connection await 128 replies at most, so there this never refuses a call.
+pub const WAITING_PER_CONNECTION: usize = 128;
+/// How many calls of all connections may be in flight before their credentials are known.
+pub const WAITING_ALL: usize = 1024;
 
 /// Calls in flight, counted per key (a uid, or a connection), with a bound on all of them.
 pub struct CallBudget<K> {
@@ -359,15 +465,17 @@ impl<K: Ord + Clone> CallBudget<K> {
 impl CallBudget<Option<u32>> {
     /// A slot for one more call of `caller`, or `Busy` when its uid has its limit in flight
     /// ([`CALLS_OF_ROOT`] for root, [`CALLS_PER_UID`] for any other).
+    /// All users but root share a bound too ([`CALLS_OF_OTHERS`]), so that many users'
+    /// floods together stay bounded.
     pub fn take_for(&'static self, caller: &Caller) -> Result<CallSlot<Option<u32>>> {
-        let limit = if caller.uid == Some(0) {
-            CALLS_OF_ROOT
+        let (limit, all) = if caller.uid == Some(0) {
+            (CALLS_OF_ROOT, usize::MAX)
         } else {
-            CALLS_PER_UID
+            (CALLS_PER_UID, CALLS_OF_OTHERS)
         };
-        self.take(&caller.uid, limit, usize::MAX).ok_or_else(|| {
+        self.take(&caller.uid, limit, all).ok_or_else(|| {
             Error::Busy(format!(
-                "{} has {limit} calls to vgpud in flight, the most taken at once from one user; call again when one is answered",
+                "{} has {limit} calls to vgpud in flight, the most taken at once from one user (or all users have {CALLS_OF_OTHERS}); call again when one is answered",
                 describe(caller)
             ))
         })

@@ -54,23 +54,16 @@ pub(super) async fn blocking<T: Send + 'static>(
     }
 }
 
-tokio::task_local! {
-    /// The slot of the call being run, counted against its caller's budget of calls in
-    /// flight ([`access::CALLS`]) from [`Manager::admit`] until [`Manager::track`] ends.
-    static SLOT: std::cell::RefCell<Option<access::CallSlot<Option<u32>>>>;
-}
-
 impl Manager {
     /// Runs one call of `method`, counting it in the metrics by its outcome (the D-Bus
-    /// error name, or ok) with its latency. The call holds its caller's slot of calls in
-    /// flight until it is answered.
+    /// error name, or ok) with its latency.
     pub(super) async fn track<T>(
         &self,
         method: &'static str,
         call: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let started = std::time::Instant::now();
-        let result = SLOT.scope(std::cell::RefCell::new(None), call).await;
+        let result = call.await;
         crate::metrics::counters().call(
             method,
             result.as_ref().err().map(|e| e.name()),
@@ -80,10 +73,9 @@ impl Manager {
     }
 
     /// The one door of every method: the arguments are within their size limits (checked
-    /// first, before anything else is done for the call), the caller has a slot left of
-    /// its calls in flight (else `Busy` at once; of a connection whose credentials are not
-    /// known yet, only a few calls wait for them), then the caller must hold the method's
-    /// polkit action.
+    /// first, before anything else is done for the call), then the caller must hold the
+    /// method's polkit action. (The call holds a slot of its caller's calls in flight from
+    /// before it got here: [`access::dispatch_limit`].)
     pub(super) async fn admit(
         &self,
         header: &Header<'_>,
@@ -97,25 +89,8 @@ impl Manager {
         if let Some(o) = options {
             limits::options(method, o)?;
         }
-        let (caller, admitted) = match self.access.cached_caller(header) {
-            Some(caller) => (caller, Ok(())),
-            None => {
-                // A connection's first calls: few of them wait for its credentials.
-                let name = header.sender().map(|s| s.as_str()).unwrap_or_default();
-                match access::WAITING.take_waiting(name) {
-                    Ok(_waiting) => (self.access.caller(header).await, Ok(())),
-                    Err(busy) => (access::Caller::default(), Err(busy)),
-                }
-            }
-        };
-        let admitted = match admitted.and_then(|()| access::CALLS.take_for(&caller)) {
-            Ok(slot) => {
-                // Outside a tracked call (none today) the slot is dropped here.
-                let _ = SLOT.try_with(|s| *s.borrow_mut() = Some(slot));
-                self.access.admit(header, method).await
-            }
-            Err(busy) => Err(busy),
-        };
+        let caller = self.access.caller(header).await;
+        let admitted = self.access.admit(header, method).await;
         let cause = Cause {
             method: method.to_string(),
             uid: caller.uid,

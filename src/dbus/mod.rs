@@ -41,6 +41,7 @@ pub async fn serve(
     let access = Arc::new(access::Access::new(conn.clone()));
     // Property reads and GetManagedObjects show owners: they pass the methods' check.
     server.set_call_guard(access::call_guard(access.clone()));
+    server.set_dispatch_limit(access::dispatch_limit(access.clone()));
     let manager = |libvirt| Manager {
         engine: engine.clone(),
         libvirt,

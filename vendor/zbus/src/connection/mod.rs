@@ -42,6 +42,9 @@ pub use socket::Socket;
 mod socket_reader;
 use socket_reader::{SocketReader, SocketStatus};
 
+// vgpud patch: replies sent without waiting for the socket.
+mod deferred;
+
 mod pending_method_calls;
 use pending_method_calls::{PendingMethodCall, PendingMethodCalls};
 
@@ -64,6 +67,8 @@ pub(crate) struct ConnectionInner {
 
     socket_status: Arc<SocketStatus>,
     socket_write: Mutex<Box<dyn socket::WriteHalf>>,
+    // vgpud patch: messages queued by `send_deferred`, and the task that writes them.
+    deferred: deferred::Deferred,
 
     // Socket reader task
     #[allow(unused)]
@@ -1248,6 +1253,7 @@ impl Connection {
                     closed_event: Event::new(),
                 }),
                 socket_write: Mutex::new(auth.socket_write),
+                deferred: Default::default(),
                 server_guid: auth.server_guid,
                 #[cfg(unix)]
                 cap_unix_fd,

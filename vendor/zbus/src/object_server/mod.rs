@@ -108,7 +108,21 @@ pub struct ObjectServer {
     // vgpud patch: the method calls being dispatched, each a task that holds its message
     // until its reply is sent.
     dispatched: Arc<std::sync::atomic::AtomicUsize>,
+    // vgpud patch: the bound on calls dispatched at once that replaces `MAX_DISPATCHED`.
+    limit: Arc<OnceLock<DispatchLimit>>,
 }
+
+/// A bound on the calls dispatched at once, decided per call before its task is started
+/// (vgpud patch): given the call, it answers a permit that the call holds until its reply
+/// is sent, or the error to reply with at once. The object server does not wait for such a
+/// reply to be written (it is sent deferred), so a flood of refused calls neither holds
+/// memory per call nor stops the server from reading the calls behind it. Once set, it
+/// replaces the server's own bound ([`MAX_DISPATCHED`]).
+pub type DispatchLimit = Arc<
+    dyn Fn(&Message) -> std::result::Result<Box<dyn std::any::Any + Send>, BoxDBusError>
+        + Send
+        + Sync,
+>;
 
 /// A check every method call passes before it is dispatched to its interface (vgpud patch):
 /// given the call, it answers `Ok` to let it through or the error to reply with. It covers
@@ -136,8 +150,13 @@ impl std::fmt::Debug for ObjectServer {
 /// of one task per call.
 const MAX_DISPATCHED: usize = 4096;
 
-/// vgpud patch: one dispatched call, counted until dropped.
-struct Dispatched(Arc<std::sync::atomic::AtomicUsize>);
+/// vgpud patch: one dispatched call, counted until dropped: by the server's own bound, or
+/// by the permit of its [`DispatchLimit`].
+enum Dispatched {
+    Counted(Arc<std::sync::atomic::AtomicUsize>),
+    #[allow(dead_code)] // held for its drop
+    Permit(Box<dyn std::any::Any + Send>),
+}
 
 impl Dispatched {
     fn take(count: &Arc<std::sync::atomic::AtomicUsize>) -> Option<Self> {
@@ -147,13 +166,15 @@ impl Dispatched {
                 (n < MAX_DISPATCHED).then_some(n + 1)
             })
             .ok()
-            .map(|_| Dispatched(count.clone()))
+            .map(|_| Dispatched::Counted(count.clone()))
     }
 }
 
 impl Drop for Dispatched {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if let Dispatched::Counted(count) = self {
+            count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 }
 
@@ -167,6 +188,7 @@ impl ObjectServer {
             ))),
             guard: Arc::new(OnceLock::new()),
             dispatched: Default::default(),
+            limit: Arc::new(OnceLock::new()),
         }
     }
 
@@ -174,6 +196,12 @@ impl ObjectServer {
     /// set once; `false` if one was set already.
     pub fn set_call_guard(&self, guard: CallGuard) -> bool {
         self.guard.set(guard).is_ok()
+    }
+
+    /// Sets the [`DispatchLimit`] every method call passes from now on (vgpud patch). It can
+    /// be set once; `false` if one was set already.
+    pub fn set_dispatch_limit(&self, limit: DispatchLimit) -> bool {
+        self.limit.set(limit).is_ok()
     }
 
     pub(crate) fn root(&self) -> &RwLock<Node> {
@@ -567,11 +595,14 @@ impl ObjectServer {
         };
 
         if with_spawn {
-            let Some(dispatched) = Dispatched::take(&self.dispatched) else {
-                return Err(fdo::Error::LimitsExceeded(format!(
-                    "{MAX_DISPATCHED} calls are being answered; call again when one is"
-                ))
-                .into());
+            // vgpud patch: the dispatch limit, or else the server's own bound.
+            let dispatched = match self.limit.get() {
+                Some(limit) => Dispatched::Permit(limit(msg)?),
+                None => Dispatched::take(&self.dispatched).ok_or_else(|| {
+                    fdo::Error::LimitsExceeded(format!(
+                        "{MAX_DISPATCHED} calls are being answered; call again when one is"
+                    ))
+                })?,
             };
             let task_name = format!("`{msg}` method dispatcher");
             let runtime = connection.runtime().clone();
@@ -624,7 +655,9 @@ impl ObjectServer {
 
         if let Err(e) = self.dispatch_method_call_try(&conn, msg, hdr).await {
             debug!("Returning error: {}", e);
-            conn.reply_dbus_error(hdr, e).await?;
+            // vgpud patch: sent deferred, so that the server goes on reading while the
+            // reply waits for the socket.
+            conn.send_deferred(e.create_reply(hdr)?).await;
         }
         trace!("Handled: {}", msg);
 
