@@ -10,7 +10,8 @@
 //!
 //! Lines go to the target `vgpud::audit`; under systemd they are journald entries whose
 //! fields (`AUDIT_EVENT`, `DEVICE`, `GPU`, `CALLER_UID`, `CALLER_PID`, `CALLER_UNIT`, `METHOD`,
-//! `OUTCOME`) can be queried, e.g. `journalctl -u vgpud CALLER_UID=1000`.
+//! `OUTCOME`) can be queried, e.g. `journalctl -u vgpud CALLER_UID=1000`. A field that does not
+//! apply (no device, an unknown caller) is left out, of the entry and of its text.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
