@@ -10,7 +10,8 @@
 //!
 //! Lines go to the target `vgpud::audit`; under systemd they are journald entries whose
 //! fields (`AUDIT_EVENT`, `DEVICE`, `GPU`, `CALLER_UID`, `CALLER_PID`, `CALLER_UNIT`, `METHOD`,
-//! `OUTCOME`) can be queried, e.g. `journalctl -u vgpud CALLER_UID=1000`.
+//! `OUTCOME`) can be queried, e.g. `journalctl -u vgpud CALLER_UID=1000`. A field that does not
+//! apply (no device, an unknown caller) is left out, of the entry and of its text.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -143,30 +144,62 @@ fn name_of(event: &Event) -> Option<(&'static str, String, String)> {
     })
 }
 
-/// One audit line.
+/// The text of one audit line; an absent device, GPU, caller or detail is left out, never
+/// printed empty.
+fn text(
+    event: &str,
+    device: &str,
+    gpu: &str,
+    cause: Option<&Cause>,
+    outcome: &str,
+    detail: &str,
+) -> String {
+    let mut s = format!("audit: {event}");
+    match (device.is_empty(), gpu.is_empty()) {
+        (false, false) => s += &format!(" {device} on {gpu}"),
+        (false, true) => s += &format!(" {device}"),
+        (true, false) => s += &format!(" {gpu}"),
+        (true, true) => {}
+    }
+    match cause.filter(|c| !c.method.is_empty()) {
+        None => s += " by vgpud",
+        Some(c) => {
+            s += &format!(" by {}", c.method);
+            let who: Vec<String> = [("uid", c.uid), ("pid", c.pid)]
+                .into_iter()
+                .filter_map(|(what, n)| n.map(|n| format!("{what} {n}")))
+                .collect();
+            if !who.is_empty() {
+                s += &format!(" of {}", who.join(" "));
+            }
+        }
+    }
+    s += &format!(" ({outcome})");
+    if !detail.is_empty() {
+        s += &format!(": {detail}");
+    }
+    s
+}
+
+/// One audit line; its structured fields leave out what is absent.
 fn line(event: &str, device: &str, gpu: &str, cause: Option<&Cause>, outcome: &str, detail: &str) {
-    let method = cause.map_or("", |c| c.method.as_str());
-    let unit = cause.and_then(|c| c.unit.as_deref()).unwrap_or("");
-    let uid = cause.and_then(|c| c.uid).map(i64::from).unwrap_or(-1);
-    let pid = cause.and_then(|c| c.pid).map(i64::from).unwrap_or(-1);
+    let given = |s: &str| (!s.is_empty()).then_some(s.to_owned());
+    let method = cause.and_then(|c| given(&c.method));
+    let unit = cause.and_then(|c| c.unit.as_deref()).and_then(given);
+    let uid = cause.and_then(|c| c.uid).map(i64::from);
+    let pid = cause.and_then(|c| c.pid).map(i64::from);
     tracing::info!(
         target: "vgpud::audit",
         audit_event = event,
-        device,
-        gpu,
+        device = given(device),
+        gpu = given(gpu),
         method,
         caller_uid = uid,
         caller_pid = pid,
         caller_unit = unit,
         outcome,
-        "audit: {event} {device}{}{gpu} by {} ({outcome}){}{detail}",
-        if device.is_empty() || gpu.is_empty() { "" } else { " on " },
-        if method.is_empty() {
-            "vgpud".to_string()
-        } else {
-            format!("{method} of uid {uid} pid {pid}")
-        },
-        if detail.is_empty() { "" } else { ": " },
+        "{}",
+        text(event, device, gpu, cause, outcome, detail)
     );
 }
 
@@ -252,6 +285,57 @@ mod tests {
         assert_eq!(
             (name, device.as_str(), gpu.as_str()),
             ("gpu-removed", "", "0000:41:00.0")
+        );
+    }
+
+    #[test]
+    fn absent_fields_are_left_out_of_the_line() {
+        let caller = |uid, pid| Cause {
+            method: "CreateDevice".into(),
+            uid,
+            pid,
+            unit: None,
+        };
+        let known = caller(Some(0), Some(4242));
+        // A refusal names no device: no empty field, no double space.
+        assert_eq!(
+            text("refused", "", "", Some(&known), "org.vgpud1.Error.NotFound", "no type NOPE"),
+            "audit: refused by CreateDevice of uid 0 pid 4242 (org.vgpud1.Error.NotFound): no type NOPE"
+        );
+        assert_eq!(
+            text(
+                "device-added",
+                "u-1",
+                "0000:41:00.0",
+                Some(&known),
+                "ok",
+                ""
+            ),
+            "audit: device-added u-1 on 0000:41:00.0 by CreateDevice of uid 0 pid 4242 (ok)"
+        );
+        assert_eq!(
+            text("gpu-added", "", "0000:41:00.0", None, "ok", ""),
+            "audit: gpu-added 0000:41:00.0 by vgpud (ok)"
+        );
+        assert_eq!(
+            text("drift", "u-1", "", None, "ok", "removed: gone"),
+            "audit: drift u-1 by vgpud (ok): removed: gone"
+        );
+        // A caller whose credentials are not known yet is no `uid -1`.
+        assert_eq!(
+            text(
+                "refused",
+                "u-1",
+                "",
+                Some(&caller(None, Some(7))),
+                "Busy",
+                ""
+            ),
+            "audit: refused u-1 by CreateDevice of pid 7 (Busy)"
+        );
+        assert_eq!(
+            text("refused", "", "", Some(&caller(None, None)), "Busy", ""),
+            "audit: refused by CreateDevice (Busy)"
         );
     }
 }

@@ -168,6 +168,11 @@ impl std::fmt::Display for Bus {
     }
 }
 
+/// A duration in milliseconds to one decimal, for the log (`58.9`, not `58.994558000000005`).
+fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
 fn bus_err(context: &str) -> impl FnOnce(zbus::Error) -> DaemonError + '_ {
     move |source| DaemonError::Bus {
         context: context.to_string(),
@@ -222,7 +227,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         simulated = config.simulate,
         gpus = engine.list_gpus().len(),
         devices = engine.list_devices().len(),
-        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        elapsed_ms = millis(started.elapsed()),
         "host opened"
     );
     let report = {
@@ -236,7 +241,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         started = report.started.len(),
         failed = report.failed.len(),
         missing_parents = ?report.missing_parents,
-        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        elapsed_ms = millis(started.elapsed()),
         "persistent devices restored"
     );
     if let Some(name) = config.apply_layout.clone() {
@@ -269,17 +274,14 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     .map_err(bus_err("taking the name org.vgpud1"))?;
     tracing::info!(
         name = dbus::BUS_NAME,
-        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        elapsed_ms = millis(started.elapsed()),
         "ready"
     );
     notify(&[sd_notify::NotifyState::Ready]);
     let watcher = tokio::spawn(watch::run(engine.clone(), config.poll_interval));
     // systemd arms the watchdog once start-up is complete (READY=1).
     let pinger = watchdog::ping_interval(sd_notify::watchdog_enabled()).map(|interval| {
-        tracing::info!(
-            interval_ms = interval.as_secs_f64() * 1000.0,
-            "systemd watchdog enabled"
-        );
+        tracing::info!(interval_ms = millis(interval), "systemd watchdog enabled");
         tokio::spawn(watchdog::run(engine.clone(), interval))
     });
     let audit = crate::audit::spawn(&engine);
