@@ -833,6 +833,23 @@ fn wait_exit(child: &mut std::process::Child, limit: Duration) -> i32 {
     }
 }
 
+/// Every line from a watch's reader thread up to the end of the output, which comes once
+/// vgpuctl has exited; panics after `limit`.
+fn all_lines(lines: &mpsc::Receiver<String>, limit: Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut all = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) => all.push(l),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return all,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the watch's output did not end within {limit:?}; read {all:?}")
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn watch_prints_events_as_they_come() {
     let s = Setup::new(&["mtty"]).await;
@@ -841,8 +858,10 @@ async fn watch_prints_events_as_they_come() {
     let (mut child, lines) = spawn_watch(&s, &["--count", "2", "--json"]);
     ok(&s, &["create", "mtty-1", "--uuid", U1]);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
-    let events: Vec<Value> = lines
-        .try_iter()
+    // Every line it printed, read to the end of its output (not only what the reader thread
+    // has passed on so far: under load that was nothing yet).
+    let events: Vec<Value> = all_lines(&lines, Duration::from_secs(10))
+        .into_iter()
         .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
     assert_eq!(events.len(), 2, "{events:?}");
