@@ -681,11 +681,10 @@ async fn a_device_is_made_changed_rendered_and_removed() {
         .busctl_manager("StartDevice", &["sa{sv}", "not-a-uuid", "0"])
         .expect_err("StartDevice of not-a-uuid");
     assert!(e.contains("not a UUID"), "{e}");
-    let client = vgpud_client::Client::connect(&vgpud_client::BusChoice::Address(
-        s.bus.address.clone(),
-    ))
-    .await
-    .expect("connect");
+    let client =
+        vgpud_client::Client::connect(&vgpud_client::BusChoice::Address(s.bus.address.clone()))
+            .await
+            .expect("connect");
     match client.device("not-a-uuid").await {
         Err(vgpud_client::Error::InvalidArgument(m)) => assert!(m.contains("not a UUID"), "{m}"),
         other => panic!("device(not-a-uuid): {other:?}"),
@@ -859,7 +858,9 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
     assert!(line("memory_total").ends_with(" GiB"), "{text}");
     assert!(line("temperature").ends_with(" °C"), "{text}");
     assert!(line("gpu_utilization").ends_with('%'), "{text}");
-    let mw = gpu_metrics["power_mw"].as_u64().expect("power_mw in --json");
+    let mw = gpu_metrics["power_mw"]
+        .as_u64()
+        .expect("power_mw in --json");
     assert!(
         line("power").ends_with(&format!("{:.1} W", mw as f64 / 1000.0)),
         "{text}"

@@ -281,7 +281,9 @@ impl Serialize for DeviceEntry {
 fn missing(e: Error, what: &str) -> Error {
     match e.name() {
         "org.freedesktop.DBus.Error.UnknownObject"
-        | "org.freedesktop.DBus.Error.UnknownInterface" => Error::NotFound(format!("no {what} on this host")),
+        | "org.freedesktop.DBus.Error.UnknownInterface" => {
+            Error::NotFound(format!("no {what} on this host"))
+        }
         _ => e,
     }
 }
