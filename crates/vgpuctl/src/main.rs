@@ -517,36 +517,8 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
                 with_newline(xml)
             }
         }
-        Command::Attach(a) => {
-            client
-                .attach_device(&a.uuid, &a.domain, &live_config(a.live, a.config))
-                .await?;
-            let line = format!(
-                "attached device {} to domain {}{}",
-                a.uuid,
-                output::shown(&a.domain),
-                live_config_words(a.live, a.config)
-            );
-            say.changed(
-                &line,
-                &[("uuid", a.uuid.into()), ("attached_to", a.domain.into())],
-            )?
-        }
-        Command::Detach(a) => {
-            client
-                .detach_device(&a.uuid, &a.domain, &live_config(a.live, a.config))
-                .await?;
-            let line = format!(
-                "detached device {} from domain {}{}",
-                a.uuid,
-                output::shown(&a.domain),
-                live_config_words(a.live, a.config)
-            );
-            say.changed(
-                &line,
-                &[("uuid", a.uuid.into()), ("detached_from", a.domain.into())],
-            )?
-        }
+        Command::Attach(a) => attachment(&client, say, a, true).await?,
+        Command::Detach(a) => attachment(&client, say, a, false).await?,
         Command::Capacity {
             r#type,
             parent,
@@ -731,6 +703,25 @@ impl Say {
             Ok(format!("{line}\n"))
         }
     }
+}
+
+/// `attach` (or, not `attach`, `detach`) and its confirmation.
+async fn attachment(client: &Client, say: Say, a: cli::AttachArgs, attach: bool) -> Result<String> {
+    let options = live_config(a.live, a.config);
+    let (verb, to, key) = if attach {
+        client.attach_device(&a.uuid, &a.domain, &options).await?;
+        ("attached", "to", "attached_to")
+    } else {
+        client.detach_device(&a.uuid, &a.domain, &options).await?;
+        ("detached", "from", "detached_from")
+    };
+    let line = format!(
+        "{verb} device {} {to} domain {}{}",
+        a.uuid,
+        output::shown(&a.domain),
+        live_config_words(a.live, a.config)
+    );
+    say.changed(&line, &[("uuid", a.uuid.into()), (key, a.domain.into())])
 }
 
 /// ` (live, config)` as attach and detach were asked, or nothing.
