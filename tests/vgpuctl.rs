@@ -823,6 +823,16 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
         serde_json::json!([])
     );
     fails(&s, &["mig", "destroy", mig, &id.to_string()], 3);
+    // Without --quiet, each says what it did.
+    let made = ok(&s, &["mig", "create", mig, "3g.71gb", "--transient"]);
+    let id = made
+        .strip_prefix(&format!("{mig}: made GPU instance "))
+        .and_then(|rest| rest.strip_suffix(" (3g.71gb)\n"))
+        .unwrap_or_else(|| panic!("a confirmation: {made:?}"));
+    assert_eq!(
+        ok(&s, &["mig", "destroy", mig, id]),
+        format!("{mig}: destroyed GPU instance {id}\n")
+    );
 
     // A MIG-backed vGPU makes its instance; capacity counts it; metrics of both.
     assert_golden(
@@ -949,7 +959,10 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
     );
     assert_eq!(busctl_gpu_property(&s, other, "HeterogeneousMode"), false);
     // VFs off again; MIG off on the first GPU once its VFs are off.
-    ok(&s, &["vfs", other, "0"]);
+    assert_eq!(
+        ok(&s, &["vfs", other, "0"]),
+        format!("{other}: VFs disabled\n")
+    );
     assert_eq!(busctl_gpu_property(&s, other, "NumVfs"), 0);
     fails(&s, &["mig", "mode", mig, "off"], 4);
     ok(&s, &["vfs", mig, "0"]);
@@ -1292,6 +1305,11 @@ async fn layouts_are_listed_compared_planned_applied_and_refused() {
     assert_eq!(seen, want, "busctl sees the pool's devices");
     assert_eq!(busctl_gpu_property(&s, day_gpu, "NumVfs"), 32);
     assert_golden("vgpuctl/layout-apply-again.txt", ok(&s, &["apply", "day"]));
+    assert_eq!(
+        ok(&s, &["apply", "day", "--quiet"]),
+        "",
+        "--quiet: no table"
+    );
     assert_golden("vgpuctl/layout-diff-none.txt", ok(&s, &["diff", "day"]));
 
     // A running desktop that is not the layout's stands in the way: exit 4, named, untouched.
