@@ -95,10 +95,11 @@ const OUTPUT: &[&str] = &[
     "Every command that changes something confirms it in one line (created mdev UUID (TYPE) \
      on PARENT, removed device UUID, started, stopped, modified, attached, detached, VFs \
      enabled, MIG on, made GPU instance ID, scheduler set), unless --quiet: then create prints \
-     only the UUID, mig create only the id, and the others nothing.",
+     only the UUID, mig create only the id, and the others nothing. With --json, each prints \
+     its JSON document, --quiet or not.",
     "Booleans are flags: --autostart or --no-autostart (create, modify), --persistent or \
-     --no-persistent (modify), --arr or --no-arr (scheduler set). The old --autostart false \
-     is still accepted.",
+     --no-persistent (modify), --arr or --no-arr (scheduler set). The old form with a value \
+     (--autostart false, --persistent true, --arr false) still works.",
 ];
 
 /// The exit codes as a roff list.
