@@ -47,10 +47,16 @@ struct Run {
     stderr: String,
 }
 
-/// Runs vgpuctl with `args` as they are.
+/// Runs vgpuctl with `args` as they are, in UTC (`TZ=UTC`: times in golden files).
 fn run_raw(args: &[&str]) -> Run {
+    run_in_zone("UTC", args)
+}
+
+/// Runs vgpuctl with `args` as they are, with `TZ` set to `zone`.
+fn run_in_zone(zone: &str, args: &[&str]) -> Run {
     let out = Command::new(vgpuctl())
         .args(args)
+        .env("TZ", zone)
         .output()
         .expect("run vgpuctl");
     Run {
@@ -112,22 +118,28 @@ fn error_entry(s: &Setup, args: &[&str], code: i32) -> String {
     format!("$ vgpuctl {}\nexit {code}\n{stderr}\n", args.join(" "))
 }
 
-/// vgpuctl's JSON text with what changes from run to run (`"created": N`) as 0, byte for
-/// byte otherwise; it must parse.
+/// vgpuctl's JSON text with what changes from run to run (the digits of `"created"`) as 0,
+/// byte for byte otherwise; it must parse.
 fn normalized(text: &str) -> String {
     serde_json::from_str::<Value>(text).unwrap_or_else(|e| panic!("not JSON: {e}:\n{text}"));
     text.lines()
-        .map(|l| match l.trim_start().strip_prefix("\"created\": ") {
-            Some(rest) => {
-                let indent = &l[..l.len() - l.trim_start().len()];
-                let comma = if rest.ends_with(',') { "," } else { "" };
-                format!("{indent}\"created\": 0{comma}")
+        .map(|l| {
+            if l.trim_start().starts_with("\"created\": ") {
+                zeroed(l)
+            } else {
+                l.to_string()
             }
-            None => l.to_string(),
         })
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+/// A line with its digits as 0: a time's shape without the time.
+fn zeroed(line: &str) -> String {
+    line.chars()
+        .map(|c| if c.is_ascii_digit() { '0' } else { c })
+        .collect()
 }
 
 /// `--json` output of a run that must succeed, normalized.
@@ -138,12 +150,12 @@ fn json_text(s: &Setup, args: &[&str]) -> String {
     normalized(&ok(s, &all))
 }
 
-/// A device listing with its `created:` time replaced, alignment kept.
+/// A device listing with the digits of its `created:` time as 0, alignment kept.
 fn normalized_text(text: &str) -> String {
     text.lines()
         .map(|l| {
             if l.starts_with("created:") {
-                format!("{}<time>", l.trim_end_matches(|c: char| c.is_ascii_digit()))
+                zeroed(l)
             } else {
                 l.to_string()
             }
@@ -167,12 +179,17 @@ fn busctl_devices(s: &Setup) -> Vec<String> {
 /// `busctl get-property` of a GPU's property, as JSON `data`.
 fn busctl_gpu_property(s: &Setup, gpu: &str, property: &str) -> Value {
     let path = vgpud_client::paths::gpu_path(gpu).to_string();
+    busctl_property(s, &path, "org.vgpud1.Gpu", property)
+}
+
+/// `busctl get-property` of an object's property, as JSON `data`.
+fn busctl_property(s: &Setup, path: &str, interface: &str, property: &str) -> Value {
     let out = s.bus.busctl(&[
         "--json=short",
         "get-property",
         "org.vgpud1",
-        &path,
-        "org.vgpud1.Gpu",
+        path,
+        interface,
         property,
     ]);
     assert!(
@@ -199,6 +216,52 @@ const U2: &str = "11111111-2222-4333-8444-000000000002";
 const U3: &str = "11111111-2222-4333-8444-000000000003";
 const UNKNOWN: &str = "11111111-2222-4333-8444-00000000ffff";
 
+/// PARENT means one thing everywhere: the device an mdev or vGPU sits on (a GPU or a VF), the
+/// same in the `devices` table, in `device` and in `--json`.
+#[track_caller]
+fn parents_agree(s: &Setup) {
+    let table = ok(s, &["devices"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "PARENT")
+        .expect("a PARENT column");
+    let mut seen = 0;
+    for line in lines {
+        // The columns before TYPE have no spaces.
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let uuid = cells[0];
+        let parent = json(s, &["device", uuid])["parent"].clone();
+        assert_eq!(cells[column], parent, "devices and device --json: {line}");
+        let text = ok(s, &["device", uuid]);
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().eq(["parent:", cells[column]])),
+            "device shows parent {}: {text}",
+            cells[column]
+        );
+        seen += 1;
+    }
+    assert!(seen > 0, "no device to compare: {table}");
+}
+
+/// `date`'s rendering of a Unix time in a time zone: the oracle for vgpuctl's times.
+fn date_in(zone: &str, seconds: u64, format: &str) -> String {
+    let out = Command::new("date")
+        .env("TZ", zone)
+        .arg("-d")
+        .arg(format!("@{seconds}"))
+        .arg(format)
+        .output()
+        .expect("run date");
+    assert!(out.status.success(), "date {format}");
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim_end()
+        .to_string()
+}
+
 #[test]
 fn help_lists_every_command_and_the_exit_codes() {
     let help = run_raw(&["--help"]);
@@ -222,6 +285,9 @@ fn help_lists_every_command_and_the_exit_codes() {
         &["create"][..],
         &["--system", "--session", "gpus"],
         &["modify", U1, "--persistent", "maybe"],
+        &["modify", U1, "--autostart", "--no-autostart"],
+        &["create", "mtty-1", "--autostart", "--no-autostart"],
+        &["scheduler", "set", "0000:01:00.0", "--arr", "--no-arr"],
         &["heterogeneous", "0000:01:00.0", "sideways"],
         &["no-such-command"],
     ] {
@@ -371,7 +437,7 @@ async fn tables_and_json_of_a_mixed_host() {
                 U1
             ]
         ),
-        format!("{U1}\n")
+        format!("created mdev {U1} (GRID RTX6000-4Q) on {rtx}\n")
     );
     let made = json(
         &s,
@@ -393,6 +459,7 @@ async fn tables_and_json_of_a_mixed_host() {
     );
     assert_golden("vgpuctl/devices.txt", ok(&s, &["devices"]));
     assert_golden("vgpuctl/devices.json", json_text(&s, &["devices"]));
+    parents_agree(&s);
     assert_golden(
         "vgpuctl/device.txt",
         normalized_text(&ok(&s, &["device", U1])),
@@ -429,7 +496,7 @@ async fn a_device_is_made_changed_rendered_and_removed() {
                 "vm1"
             ]
         ),
-        format!("{U1}\n")
+        format!("created mdev {U1} (GRID RTX6000-2Q) on {gpu}\n")
     );
     // vgpuctl and busctl both see it.
     assert_eq!(listed(&s), vec![U1.to_string()]);
@@ -440,16 +507,81 @@ async fn a_device_is_made_changed_rendered_and_removed() {
     assert_eq!(d["active"], true);
     assert!(s.host.path("etc/mdevctl.d").exists());
 
-    // A retry with --exist-ok is the same device.
+    // A retry with --exist-ok is the same device; --quiet prints only its UUID.
     assert_eq!(
-        ok(&s, &["create", "RTX6000-2Q", "--uuid", U1, "--exist-ok"]),
+        ok(
+            &s,
+            &["-q", "create", "RTX6000-2Q", "--uuid", U1, "--exist-ok"]
+        ),
         format!("{U1}\n")
     );
 
-    // Stop and start.
-    assert_eq!(ok(&s, &["stop", U1]), "");
+    // Its creation time, local: ISO 8601 in --json, a human form in `device`, as `date`
+    // renders the daemon's Created in each zone.
+    let created = busctl_property(
+        &s,
+        &vgpud_client::paths::device_path(U1).to_string(),
+        "org.vgpud1.Device",
+        "Created",
+    )
+    .as_u64()
+    .expect("Created is a number");
+    assert!(created > 0, "vgpud made it, so it knows when");
+    for zone in ["UTC", "Asia/Kolkata", "America/New_York"] {
+        if zone != "UTC" && !Path::new("/usr/share/zoneinfo").join(zone).exists() {
+            common::skip::cannot_run(
+                "a_device_is_made_changed_rendered_and_removed",
+                &format!("no time zone {zone} in /usr/share/zoneinfo (apt-get install tzdata)"),
+            );
+            continue;
+        }
+        let address = s.bus.address.as_str();
+        let r = run_in_zone(zone, &["--address", address, "device", U1, "--json"]);
+        let d: Value = serde_json::from_str(&r.stdout).expect("JSON");
+        assert_eq!(
+            d["created"],
+            date_in(zone, created, "+%Y-%m-%dT%H:%M:%S%:z"),
+            "{zone}"
+        );
+        let r = run_in_zone(zone, &["--address", address, "device", U1]);
+        let human = date_in(zone, created, "+%Y-%m-%d %H:%M:%S %Z");
+        assert!(
+            r.stdout
+                .lines()
+                .any(|l| l.starts_with("created:") && l.trim_end().ends_with(&human)),
+            "{zone}: created {human} in {}",
+            r.stdout
+        );
+    }
+
+    // Every change says what it did in a line, and nothing with --quiet.
+    let mut changes = String::new();
+    let mut change = |args: &[&str]| {
+        let out = ok(&s, args);
+        assert_eq!(out.lines().count(), 1, "one line: {out:?}");
+        changes.push_str(&format!("$ vgpuctl {}\n{out}", args.join(" ")));
+    };
+    change(&["stop", U1]);
     assert_eq!(json(&s, &["device", U1])["active"], false);
-    assert_eq!(ok(&s, &["start", U1]), "");
+    change(&["start", U1]);
+    assert_eq!(json(&s, &["device", U1])["active"], true);
+    change(&["modify", U1, "--no-autostart"]);
+    assert_eq!(json(&s, &["device", U1])["autostart"], false);
+    change(&["modify", U1, "--no-persistent"]);
+    assert_eq!(json(&s, &["device", U1])["persistent"], false);
+    change(&["modify", U1, "--persistent", "--autostart"]);
+    let d = json(&s, &["device", U1]);
+    assert_eq!(
+        (&d["persistent"], &d["autostart"]),
+        (&Value::Bool(true), &Value::Bool(true))
+    );
+    for quiet in [
+        &["-q", "stop", U1][..],
+        &["start", U1, "--quiet"],
+        &["-q", "modify", U1, "--autostart"],
+    ] {
+        assert_eq!(ok(&s, quiet), "", "{quiet:?}");
+    }
     assert_eq!(json(&s, &["device", U1])["active"], true);
 
     // Modify.
@@ -515,13 +647,17 @@ async fn a_device_is_made_changed_rendered_and_removed() {
     );
     assert!(minimal.contains("<name>vdi-2</name>"), "{minimal}");
 
-    // Errors, each with its class's exit code.
+    // Errors, each with its class's exit code, in plain words with what to try.
     let mut errors = String::new();
     for (args, code) in [
         (&["create", "RTX6000-2Q", "--uuid", U1][..], 4),
         (&["create", "RTX6000-24Q", "--parent", gpu], 4),
         (&["create", "no-such-type"], 3),
+        (&["create", "mtty-1", "--parent", gpu], 3),
+        (&["create", "RTX6000-2Q", "--parent", "0000:99:00.0"], 3),
         (&["create", "RTX6000-2Q", "--uuid", "not-a-uuid"], 2),
+        (&["device", "not-a-uuid"], 2),
+        (&["start", "not-a-uuid"], 2),
         (&["device", UNKNOWN], 3),
         (&["gpu", "0000:99:00.0"], 3),
         (&["start", UNKNOWN], 3),
@@ -534,9 +670,29 @@ async fn a_device_is_made_changed_rendered_and_removed() {
         errors.push_str(&error_entry(&s, args, code));
     }
     assert_golden("vgpuctl/errors.txt", errors);
+    let e = fails(&s, &["create", "NOPE-1Q"], 3);
+    assert!(
+        e.contains("no GPU on this host offers type \"NOPE-1Q\"") && e.contains("vgpuctl types"),
+        "{e}"
+    );
+    // A malformed UUID is InvalidArgument for every client: the daemon's methods (busctl)
+    // and the client crate's property reads alike.
+    let e = s
+        .busctl_manager("StartDevice", &["sa{sv}", "not-a-uuid", "0"])
+        .expect_err("StartDevice of not-a-uuid");
+    assert!(e.contains("not a UUID"), "{e}");
+    let client =
+        vgpud_client::Client::connect(&vgpud_client::BusChoice::Address(s.bus.address.clone()))
+            .await
+            .expect("connect");
+    match client.device("not-a-uuid").await {
+        Err(vgpud_client::Error::InvalidArgument(m)) => assert!(m.contains("not a UUID"), "{m}"),
+        other => panic!("device(not-a-uuid): {other:?}"),
+    }
 
     // Remove: gone for vgpuctl and busctl; a second remove is not found.
-    assert_eq!(ok(&s, &["remove", U1]), "");
+    change(&["remove", U1]);
+    assert_golden("vgpuctl/changes.txt", changes);
     assert!(listed(&s).is_empty());
     assert!(busctl_devices(&s).is_empty());
     fails(&s, &["remove", U1], 3);
@@ -603,6 +759,7 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
         ok(
             &s,
             &[
+                "-q",
                 "mig",
                 "create",
                 mig,
@@ -666,6 +823,16 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
         serde_json::json!([])
     );
     fails(&s, &["mig", "destroy", mig, &id.to_string()], 3);
+    // Without --quiet, each says what it did.
+    let made = ok(&s, &["mig", "create", mig, "3g.71gb", "--transient"]);
+    let id = made
+        .strip_prefix(&format!("{mig}: made GPU instance "))
+        .and_then(|rest| rest.strip_suffix(" (3g.71gb)\n"))
+        .unwrap_or_else(|| panic!("a confirmation: {made:?}"));
+    assert_eq!(
+        ok(&s, &["mig", "destroy", mig, id]),
+        format!("{mig}: destroyed GPU instance {id}\n")
+    );
 
     // A MIG-backed vGPU makes its instance; capacity counts it; metrics of both.
     assert_golden(
@@ -678,6 +845,8 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
     );
     let instances = json(&s, &["mig", "instances", mig]);
     assert_eq!(instances[0]["device"], U1, "{instances}");
+    // A vGPU on a VF: its parent is the VF, its GPU the physical one.
+    parents_agree(&s);
     assert_eq!(ok(&s, &["capacity", "H200X-1-18C", "--parent", mig]), "6\n");
     let gpu_metrics = json(&s, &["metrics", mig]);
     for key in [
@@ -688,11 +857,25 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
     ] {
         assert!(gpu_metrics.get(key).is_some(), "{key} in {gpu_metrics}");
     }
+    // For a human, each figure with its unit: W, °C, %, GiB.
     let text = ok(&s, &["metrics", mig]);
+    let line = |key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("{key} in {text}"))
+            .to_string()
+    };
+    assert!(line("memory_total").ends_with(" GiB"), "{text}");
+    assert!(line("temperature").ends_with(" °C"), "{text}");
+    assert!(line("gpu_utilization").ends_with('%'), "{text}");
+    let mw = gpu_metrics["power_mw"]
+        .as_u64()
+        .expect("power_mw in --json");
     assert!(
-        text.contains("memory_total:") && text.contains("GiB"),
+        line("power").ends_with(&format!("{:.1} W", mw as f64 / 1000.0)),
         "{text}"
     );
+    assert!(!text.contains("power_mw"), "{text}");
     let vgpu_metrics = json(&s, &["metrics", U1]);
     assert_eq!(
         vgpu_metrics["gpu_instance"], instances[0]["id"],
@@ -764,7 +947,10 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
         json(&s, &["vfs", other, "32", "--transient"])["num_vfs"],
         32
     );
-    assert_eq!(ok(&s, &["heterogeneous", other, "on"]), "");
+    assert_eq!(
+        ok(&s, &["heterogeneous", other, "on"]),
+        format!("{other}: heterogeneous mode on\n")
+    );
     assert_eq!(busctl_gpu_property(&s, other, "HeterogeneousMode"), true);
     assert_eq!(json(&s, &["gpu", other])["heterogeneous_mode"], true);
     assert_eq!(
@@ -773,7 +959,10 @@ async fn mig_vfs_scheduler_and_heterogeneous_mode_on_an_h200() {
     );
     assert_eq!(busctl_gpu_property(&s, other, "HeterogeneousMode"), false);
     // VFs off again; MIG off on the first GPU once its VFs are off.
-    ok(&s, &["vfs", other, "0"]);
+    assert_eq!(
+        ok(&s, &["vfs", other, "0"]),
+        format!("{other}: VFs disabled\n")
+    );
     assert_eq!(busctl_gpu_property(&s, other, "NumVfs"), 0);
     fails(&s, &["mig", "mode", mig, "off"], 4);
     ok(&s, &["vfs", mig, "0"]);
@@ -833,6 +1022,23 @@ fn wait_exit(child: &mut std::process::Child, limit: Duration) -> i32 {
     }
 }
 
+/// Every line from a watch's reader thread up to the end of the output, which comes once
+/// vgpuctl has exited; panics after `limit`.
+fn all_lines(lines: &mpsc::Receiver<String>, limit: Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut all = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) => all.push(l),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return all,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the watch's output did not end within {limit:?}; read {all:?}")
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn watch_prints_events_as_they_come() {
     let s = Setup::new(&["mtty"]).await;
@@ -841,8 +1047,10 @@ async fn watch_prints_events_as_they_come() {
     let (mut child, lines) = spawn_watch(&s, &["--count", "2", "--json"]);
     ok(&s, &["create", "mtty-1", "--uuid", U1]);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
-    let events: Vec<Value> = lines
-        .try_iter()
+    // Every line it printed, read to the end of its output (not only what the reader thread
+    // has passed on so far: under load that was nothing yet).
+    let events: Vec<Value> = all_lines(&lines, Duration::from_secs(10))
+        .into_iter()
         .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
     assert_eq!(events.len(), 2, "{events:?}");
@@ -945,6 +1153,11 @@ fn completions_parse_and_the_man_page_renders() {
         "vgpuctl mig create GPU PROFILE",
         "NoCapacity",
         "--address",
+        "--quiet",
+        "--no-autostart",
+        "removed device UUID",
+        "2026-12-03T08:43:36+01:00",
+        "utilization in %",
     ] {
         assert!(text.contains(needle), "{needle} in the man page:\n{text}");
     }
@@ -1092,6 +1305,11 @@ async fn layouts_are_listed_compared_planned_applied_and_refused() {
     assert_eq!(seen, want, "busctl sees the pool's devices");
     assert_eq!(busctl_gpu_property(&s, day_gpu, "NumVfs"), 32);
     assert_golden("vgpuctl/layout-apply-again.txt", ok(&s, &["apply", "day"]));
+    assert_eq!(
+        ok(&s, &["apply", "day", "--quiet"]),
+        "",
+        "--quiet: no table"
+    );
     assert_golden("vgpuctl/layout-diff-none.txt", ok(&s, &["diff", "day"]));
 
     // A running desktop that is not the layout's stands in the way: exit 4, named, untouched.

@@ -719,7 +719,7 @@ impl Engine {
         let type_dir = discovery::mdev_type_dir(&self.host, &info.parent, &info.type_id);
         if !type_dir.is_dir() {
             return Err(EngineError::NotFound(format!(
-                "GPU {} offers no type {} now",
+                "GPU {} does not offer type {} now",
                 info.parent, info.type_id
             )));
         }
@@ -774,7 +774,7 @@ impl Engine {
                     .and_then(|g| g.types.into_iter().find(|t| t.id == info.type_id))
                     .ok_or_else(|| {
                         EngineError::NotFound(format!(
-                            "GPU {} offers no type {} now",
+                            "GPU {} does not offer type {} now",
                             info.parent, info.type_id
                         ))
                     })?;

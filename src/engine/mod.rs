@@ -649,15 +649,11 @@ impl Engine {
             .collect();
         drop(gpus);
         if matches.is_empty() {
-            let place = req
-                .parent
-                .as_ref()
-                .map(|p| format!("GPU {p}"))
-                .unwrap_or_else(|| "any GPU on this host".to_string());
-            return Err(EngineError::NotFound(format!(
-                "{place} offers no type {:?}",
-                req.type_query
-            )));
+            let query = &req.type_query;
+            return Err(EngineError::NotFound(match &req.parent {
+                Some(p) => format!("GPU {p} does not offer type {query:?}"),
+                None => format!("no GPU on this host offers type {query:?}"),
+            }));
         }
         if req.params.is_some() {
             if let Some((parent, ty)) = matches

@@ -623,7 +623,11 @@ pub async fn gpu_proxy(conn: &Connection, address: &str) -> Result<GpuProxy<'sta
 }
 
 /// A device object's proxy that reads every property afresh.
+///
+/// A malformed UUID is `InvalidArgument`, as vgpud's methods answer it, not the bus's
+/// `UnknownObject` of a path nobody serves.
 pub async fn device_proxy(conn: &Connection, uuid: &str) -> Result<DeviceProxy<'static>> {
+    check_uuid(uuid)?;
     Ok(DeviceProxy::builder(conn)
         .path(paths::device_path(uuid))
         .cache_properties(zbus::proxy::CacheProperties::No)
@@ -639,4 +643,22 @@ pub fn str_opts<'a>(pairs: &[(&'a str, &'a str)]) -> Opts<'a> {
 /// Options of boolean values, as the proxies send them.
 pub fn bool_opts<'a>(pairs: &[(&'a str, bool)]) -> Opts<'a> {
     pairs.iter().map(|(k, v)| (*k, Variant::from(*v))).collect()
+}
+
+/// A UUID as vgpud takes it (8-4-4-4-12 hexadecimal digits), or vgpud's `InvalidArgument`.
+fn check_uuid(uuid: &str) -> Result<()> {
+    let b = uuid.as_bytes();
+    let ok = b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = uuid.chars().take(48).collect();
+        Err(Error::InvalidArgument(format!(
+            "{shown:?} is not a UUID (8-4-4-4-12 hexadecimal digits)"
+        )))
+    }
 }

@@ -16,7 +16,8 @@ Exit status:
   5  access denied (AccessDenied, InteractiveAuthorizationRequired)
   6  vgpud cannot be reached (no bus, or nobody owns org.vgpud1)
 
-Errors are printed on stderr as `vgpuctl: <D-Bus error name>: <message>`.";
+Errors are printed on stderr as `vgpuctl: <D-Bus error name>: <message>`, with a line of what
+to try where there is one. Every change is confirmed in a line unless --quiet.";
 
 /// The operator's command line of vgpud (org.vgpud1 on D-Bus): GPUs, vGPU types, devices,
 /// MIG, the vGPU scheduler, layouts and events.
@@ -35,6 +36,10 @@ pub struct Cli {
     /// Print JSON (one document; `watch`: one object a line) instead of tables.
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
+    /// No confirmation line after a change; `create` prints only the UUID, `mig create` only
+    /// the id.
+    #[arg(long, short, global = true, help_heading = GLOBAL)]
+    pub quiet: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -128,7 +133,7 @@ pub enum Command {
         /// Its UUID.
         uuid: String,
     },
-    /// Create a device of a type and print its UUID.
+    /// Create a device of a type (`--quiet`: print only its UUID).
     Create(CreateArgs),
     /// Remove a device (stops it and deletes its definition).
     Remove {
@@ -149,12 +154,20 @@ pub enum Command {
     Modify {
         /// Its UUID.
         uuid: String,
-        /// Keep a definition across reboots.
-        #[arg(long, value_name = "BOOL", action = ArgAction::Set)]
+        /// Keep a definition across reboots (`--persistent false`: the old spelling of
+        /// --no-persistent).
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
         persistent: Option<bool>,
-        /// Start it whenever its GPU appears.
-        #[arg(long, value_name = "BOOL", action = ArgAction::Set)]
+        /// Keep no definition: gone after a reboot.
+        #[arg(long, conflicts_with = "persistent")]
+        no_persistent: bool,
+        /// Start it whenever its GPU appears (`--autostart false`: the old spelling of
+        /// --no-autostart).
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
         autostart: Option<bool>,
+        /// Do not start it when its GPU appears.
+        #[arg(long, conflicts_with = "autostart")]
+        no_autostart: bool,
     },
     /// Print a device's libvirt <hostdev> XML.
     Xml {
@@ -280,6 +293,9 @@ pub struct CreateArgs {
     /// No definition: gone after a reboot.
     #[arg(long)]
     pub transient: bool,
+    /// Start it whenever its GPU appears (the default).
+    #[arg(long, conflicts_with = "no_autostart")]
+    pub autostart: bool,
     /// Do not start it when its GPU appears.
     #[arg(long)]
     pub no_autostart: bool,
@@ -373,7 +389,7 @@ pub enum MigCommand {
         #[arg(long)]
         transient: bool,
     },
-    /// Make a GPU instance and print its id.
+    /// Make a GPU instance (`--quiet`: print only its id).
     Create {
         /// The GPU.
         gpu: String,
@@ -426,9 +442,12 @@ pub struct SchedulerArgs {
     /// Time slice, 1-30 ms (without ARR).
     #[arg(long, value_name = "MS")]
     pub timeslice_ms: Option<u32>,
-    /// Adaptive round robin.
-    #[arg(long, value_name = "BOOL", action = ArgAction::Set)]
+    /// Adaptive round robin on (`--arr false`: the old spelling of --no-arr).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub arr: Option<bool>,
+    /// Adaptive round robin off.
+    #[arg(long, conflicts_with = "arr")]
+    pub no_arr: bool,
     /// ARR's averaging factor, 1-60.
     #[arg(long, value_name = "N")]
     pub avg_factor: Option<u32>,
@@ -441,4 +460,13 @@ pub struct SchedulerArgs {
     /// Not for the next driver load.
     #[arg(long)]
     pub transient: bool,
+}
+
+/// A boolean given as `--NAME [BOOL]` or `--no-NAME`: `None` when neither is given.
+pub fn either(yes: Option<bool>, no: bool) -> Option<bool> {
+    if no {
+        Some(false)
+    } else {
+        yes
+    }
 }

@@ -67,7 +67,10 @@ fn main() -> ExitCode {
         Err(e) => {
             match unreachable(&e, &bus) {
                 Some(text) => eprintln!("vgpuctl: {text}"),
-                None => eprintln!("vgpuctl: {}: {}", e.name(), e.message()),
+                None => match hint(&e) {
+                    Some(h) => eprintln!("vgpuctl: {}: {}\n  {h}", e.name(), e.message()),
+                    None => eprintln!("vgpuctl: {}: {}", e.name(), e.message()),
+                },
             }
             ExitCode::from(exit_code(e.class()))
         }
@@ -143,6 +146,28 @@ fn unreachable(e: &Error, bus: &BusChoice) -> Option<String> {
     }
 }
 
+/// What to try after an error, in a line: the command that lists what was not found, or
+/// who may call vgpud. `None` when there is nothing to add.
+fn hint(e: &Error) -> Option<&'static str> {
+    match e {
+        Error::NotFound(m) if m.contains("offer type") || m.contains("offers type") => {
+            Some("`vgpuctl types` lists the types the GPUs offer.")
+        }
+        Error::NotFound(m) if m.starts_with("no device ") => {
+            Some("`vgpuctl devices` lists the devices.")
+        }
+        Error::NotFound(m) if m.starts_with("no GPU ") => Some("`vgpuctl gpus` lists the GPUs."),
+        Error::NotFound(m) if m.starts_with("no layout ") => {
+            Some("`vgpuctl layouts` lists the layouts.")
+        }
+        _ if e.class() == ErrorClass::Denied => Some(
+            "Run it as root, or as a member of the group vgpud (devices only; the host's \
+             settings need root).",
+        ),
+        _ => None,
+    }
+}
+
 /// The socket path of a `unix:path=` address.
 fn socket_of(bus: &BusChoice) -> Option<String> {
     let address = match bus {
@@ -200,18 +225,65 @@ struct GpuEntry {
 }
 
 /// A device with its object path (`devices --json`, `device --json`).
-#[derive(Serialize)]
 struct DeviceEntry {
-    #[serde(flatten)]
     details: DeviceDetails,
     path: String,
+}
+
+/// A device as `--json` shows it: its properties in the client's order, `created` as a local
+/// ISO 8601 time (`null` when another tool made it), then the object path.
+#[derive(Serialize)]
+struct DeviceJson<'a> {
+    uuid: &'a str,
+    kind: &'a str,
+    parent: &'a str,
+    gpu: &'a str,
+    address: &'a str,
+    functions: &'a [(String, String)],
+    type_id: &'a str,
+    type_name: &'a str,
+    owner: &'a str,
+    iommu_group: i32,
+    attributes: &'a BTreeMap<String, String>,
+    active: bool,
+    persistent: bool,
+    autostart: bool,
+    created: Option<String>,
+    path: &'a str,
+}
+
+impl Serialize for DeviceEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let d = &self.details;
+        DeviceJson {
+            uuid: &d.uuid,
+            kind: &d.kind,
+            parent: &d.parent,
+            gpu: &d.gpu,
+            address: &d.address,
+            functions: &d.functions,
+            type_id: &d.type_id,
+            type_name: &d.type_name,
+            owner: &d.owner,
+            iommu_group: d.iommu_group,
+            attributes: &d.attributes,
+            active: d.active,
+            persistent: d.persistent,
+            autostart: d.autostart,
+            created: output::iso_time(d.created),
+            path: &self.path,
+        }
+        .serialize(s)
+    }
 }
 
 /// A missing object's property read (`UnknownObject`) as `NotFound`, naming what.
 fn missing(e: Error, what: &str) -> Error {
     match e.name() {
         "org.freedesktop.DBus.Error.UnknownObject"
-        | "org.freedesktop.DBus.Error.UnknownInterface" => Error::NotFound(format!("no {what}")),
+        | "org.freedesktop.DBus.Error.UnknownInterface" => {
+            Error::NotFound(format!("no {what} on this host"))
+        }
         _ => e,
     }
 }
@@ -249,6 +321,10 @@ fn done(pairs: &[(&str, serde_json::Value)]) -> BTreeMap<String, serde_json::Val
 async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
     let client = Client::connect(bus).await?;
     let j = cli.json;
+    let say = Say {
+        json: j,
+        quiet: cli.quiet,
+    };
     let text = match cli.command {
         Command::Gpus { show: None } => gpus(&client, j).await?,
         Command::Gpus {
@@ -317,8 +393,8 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             if a.transient {
                 o = o.bool("persistent", false);
             }
-            if a.no_autostart {
-                o = o.bool("autostart", false);
+            if let Some(autostart) = cli::either(a.autostart.then_some(true), a.no_autostart) {
+                o = o.bool("autostart", autostart);
             }
             if a.force {
                 o = o.bool("force", true);
@@ -332,39 +408,65 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             let (uuid, path) = client.create_device(&a.r#type, &o).await?;
             if j {
                 json(&done(&[("uuid", uuid.into()), ("path", path.into())]))?
-            } else {
+            } else if say.quiet {
                 format!("{uuid}\n")
+            } else {
+                // What it became, where; the UUID alone if the device is already gone again.
+                match client.device(&uuid).await {
+                    Ok(d) => format!(
+                        "created {} {uuid} ({}) on {}\n",
+                        d.kind,
+                        output::dash(&d.type_name),
+                        output::dash(&d.parent)
+                    ),
+                    Err(_) => format!("created device {uuid}\n"),
+                }
             }
         }
         Command::Remove { uuid } => {
             client.remove_device(&uuid, &Options::new()).await?;
-            changed(j, &[("uuid", uuid.into()), ("removed", true.into())])?
+            let line = format!("removed device {uuid}");
+            say.changed(&line, &[("uuid", uuid.into()), ("removed", true.into())])?
         }
         Command::Start { uuid } => {
             client.start_device(&uuid, &Options::new()).await?;
-            changed(j, &[("uuid", uuid.into()), ("active", true.into())])?
+            let line = format!("started device {uuid}");
+            say.changed(&line, &[("uuid", uuid.into()), ("active", true.into())])?
         }
         Command::Stop { uuid } => {
             client.stop_device(&uuid, &Options::new()).await?;
-            changed(j, &[("uuid", uuid.into()), ("active", false.into())])?
+            let line = format!("stopped device {uuid} (its definition stays)");
+            say.changed(&line, &[("uuid", uuid.into()), ("active", false.into())])?
         }
         Command::Modify {
             uuid,
             persistent,
+            no_persistent,
             autostart,
+            no_autostart,
         } => {
+            let persistent = cli::either(persistent, no_persistent);
+            let autostart = cli::either(autostart, no_autostart);
             let o = Options::new()
                 .bool_opt("persistent", persistent)
                 .bool_opt("autostart", autostart);
             client.modify_device(&uuid, &o).await?;
-            let mut fields = vec![("uuid", serde_json::Value::from(uuid))];
+            let mut now = Vec::new();
+            let mut fields = vec![("uuid", serde_json::Value::from(uuid.clone()))];
             if let Some(p) = persistent {
+                now.push(format!("persistent {}", yes_no(p)));
                 fields.push(("persistent", p.into()));
             }
             if let Some(a) = autostart {
+                now.push(format!("autostart {}", yes_no(a)));
                 fields.push(("autostart", a.into()));
             }
-            changed(j, &fields)?
+            let line = if now.is_empty() {
+                format!("device {uuid}: nothing asked to change")
+            } else {
+                format!("modified device {uuid}: {}", now.join(", "))
+            };
+            say.changed(&line, &fields)?
         }
         Command::Xml {
             uuid,
@@ -415,24 +517,8 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
                 with_newline(xml)
             }
         }
-        Command::Attach(a) => {
-            client
-                .attach_device(&a.uuid, &a.domain, &live_config(a.live, a.config))
-                .await?;
-            changed(
-                j,
-                &[("uuid", a.uuid.into()), ("attached_to", a.domain.into())],
-            )?
-        }
-        Command::Detach(a) => {
-            client
-                .detach_device(&a.uuid, &a.domain, &live_config(a.live, a.config))
-                .await?;
-            changed(
-                j,
-                &[("uuid", a.uuid.into()), ("detached_from", a.domain.into())],
-            )?
-        }
+        Command::Attach(a) => attachment(&client, say, a, true).await?,
+        Command::Detach(a) => attachment(&client, say, a, false).await?,
         Command::Capacity {
             r#type,
             parent,
@@ -459,11 +545,12 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
                 options = options.bool("force", true);
             }
             let n = client.set_vf_count(&gpu, count, &options).await?;
-            if j {
-                json(&done(&[("gpu", gpu.into()), ("num_vfs", n.into())]))?
+            let line = if n == 0 {
+                format!("{gpu}: VFs disabled")
             } else {
-                format!("{gpu}: {n} VFs enabled\n")
-            }
+                format!("{gpu}: {n} VFs enabled")
+            };
+            say.changed(&line, &[("gpu", gpu.into()), ("num_vfs", n.into())])?
         }
         Command::Heterogeneous {
             gpu,
@@ -473,20 +560,21 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             client
                 .set_heterogeneous_mode(&gpu, mode.enabled(), &persistence(transient))
                 .await?;
-            changed(
-                j,
+            let line = format!("{gpu}: heterogeneous mode {}", on_off(mode.enabled()));
+            say.changed(
+                &line,
                 &[
                     ("gpu", gpu.into()),
                     ("heterogeneous_mode", mode.enabled().into()),
                 ],
             )?
         }
-        Command::Mig(m) => mig(&client, m, j).await?,
+        Command::Mig(m) => mig(&client, m, say).await?,
         Command::Scheduler(SchedulerCommand::Set(a)) => {
             let mut o = Options::new()
                 .str_opt("policy", a.policy)
                 .u32_opt("timeslice_ms", a.timeslice_ms)
-                .bool_opt("arr", a.arr)
+                .bool_opt("arr", cli::either(a.arr, a.no_arr))
                 .u32_opt("avg_factor", a.avg_factor)
                 .u32_opt("frequency_hz", a.frequency_hz);
             if a.no_runtime {
@@ -498,8 +586,14 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             let result = client.set_scheduler(&a.gpu, &o).await?;
             if j {
                 json(&result)?
+            } else if say.quiet {
+                String::new()
             } else {
-                output::dict(&result)
+                let when = match result.get("applied") {
+                    Some(serde_json::Value::Bool(true)) => "set now",
+                    _ => "set for the next driver load",
+                };
+                format!("{}: scheduler {when}\n{}", a.gpu, output::dict(&result))
             }
         }
         Command::Scheduler(SchedulerCommand::Show { gpu }) => {
@@ -515,7 +609,7 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             if j {
                 json(&m)?
             } else {
-                output::dict(&m)
+                output::metrics(&m)
             }
         }
         Command::Layouts => {
@@ -534,6 +628,8 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             let steps = client.apply_layout(&name, dry_run).await?;
             let text = if j {
                 json(&steps)?
+            } else if say.quiet && !dry_run {
+                String::new()
             } else if steps.is_empty() {
                 format!("nothing to do: the host is as layout {name} says\n")
             } else {
@@ -588,12 +684,53 @@ fn with_newline(mut s: String) -> String {
     s
 }
 
-/// A change's answer: nothing for a human, what changed with `--json`.
-fn changed(j: bool, fields: &[(&str, serde_json::Value)]) -> Result<String> {
-    if j {
-        json(&done(fields))
+/// How to answer: JSON, and whether to confirm changes.
+#[derive(Clone, Copy)]
+struct Say {
+    json: bool,
+    quiet: bool,
+}
+
+impl Say {
+    /// A change's answer: what changed with `--json`, else its confirmation `line` (nothing
+    /// with `--quiet`).
+    fn changed(self, line: &str, fields: &[(&str, serde_json::Value)]) -> Result<String> {
+        if self.json {
+            json(&done(fields))
+        } else if self.quiet {
+            Ok(String::new())
+        } else {
+            Ok(format!("{line}\n"))
+        }
+    }
+}
+
+/// `attach` (or, not `attach`, `detach`) and its confirmation.
+async fn attachment(client: &Client, say: Say, a: cli::AttachArgs, attach: bool) -> Result<String> {
+    let options = live_config(a.live, a.config);
+    let (verb, to, key) = if attach {
+        client.attach_device(&a.uuid, &a.domain, &options).await?;
+        ("attached", "to", "attached_to")
     } else {
-        Ok(String::new())
+        client.detach_device(&a.uuid, &a.domain, &options).await?;
+        ("detached", "from", "detached_from")
+    };
+    let line = format!(
+        "{verb} device {} {to} domain {}{}",
+        a.uuid,
+        output::shown(&a.domain),
+        live_config_words(a.live, a.config)
+    );
+    say.changed(&line, &[("uuid", a.uuid.into()), (key, a.domain.into())])
+}
+
+/// ` (live, config)` as attach and detach were asked, or nothing.
+fn live_config_words(live: bool, config: bool) -> &'static str {
+    match (live, config) {
+        (true, true) => " (live and config)",
+        (true, false) => " (live)",
+        (false, true) => " (config)",
+        (false, false) => "",
     }
 }
 
@@ -745,11 +882,7 @@ async fn devices(client: &Client, j: bool) -> Result<String> {
             d.uuid.clone(),
             d.kind.clone(),
             dash(&d.gpu),
-            if d.parent == d.gpu {
-                "-".into()
-            } else {
-                dash(&d.parent)
-            },
+            dash(&d.parent),
             dash(&d.type_name),
             dash(&d.owner),
             yes_no(d.active),
@@ -787,12 +920,13 @@ fn device_text(e: &DeviceEntry) -> String {
         ("active", yes_no(d.active)),
         ("persistent", yes_no(d.persistent)),
         ("autostart", yes_no(d.autostart)),
-        ("created", d.created.to_string()),
+        ("created", output::local_time(d.created)),
         ("path", e.path.clone()),
     ])
 }
 
-async fn mig(client: &Client, m: MigCommand, j: bool) -> Result<String> {
+async fn mig(client: &Client, m: MigCommand, say: Say) -> Result<String> {
+    let j = say.json;
     Ok(match m {
         MigCommand::Profiles { gpu } => {
             let profiles = client.mig_profiles(&gpu).await?;
@@ -839,15 +973,15 @@ async fn mig(client: &Client, m: MigCommand, j: bool) -> Result<String> {
             let (current, pending) = client
                 .set_mig_mode(&gpu, mode.enabled(), &persistence(transient))
                 .await?;
-            if j {
-                json(&done(&[
+            let line = format!("{gpu}: MIG {}", mig_text(current, pending));
+            say.changed(
+                &line,
+                &[
                     ("gpu", gpu.into()),
                     ("mig_current", current.into()),
                     ("mig_pending", pending.into()),
-                ]))?
-            } else {
-                format!("{gpu}: MIG {}\n", mig_text(current, pending))
-            }
+                ],
+            )?
         }
         MigCommand::Create {
             gpu,
@@ -863,16 +997,19 @@ async fn mig(client: &Client, m: MigCommand, j: bool) -> Result<String> {
             let id = client.create_gpu_instance(&gpu, &profile, &o).await?;
             if j {
                 json(&done(&[("gpu", gpu.into()), ("id", id.into())]))?
-            } else {
+            } else if say.quiet {
                 format!("{id}\n")
+            } else {
+                format!("{gpu}: made GPU instance {id} ({profile})\n")
             }
         }
         MigCommand::Destroy { gpu, id } => {
             client
                 .destroy_gpu_instance(&gpu, id, &Options::new())
                 .await?;
-            changed(
-                j,
+            let line = format!("{gpu}: destroyed GPU instance {id}");
+            say.changed(
+                &line,
                 &[
                     ("gpu", gpu.into()),
                     ("id", id.into()),
@@ -979,6 +1116,34 @@ mod tests {
             5
         );
         assert_eq!(code("org.freedesktop.DBus.Error.ServiceUnknown"), 6);
+    }
+
+    #[test]
+    fn errors_say_what_to_try() {
+        let h = |e: Error| hint(&e);
+        let types = Some("`vgpuctl types` lists the types the GPUs offer.");
+        assert_eq!(
+            h(Error::NotFound(
+                "no GPU on this host offers type \"NOPE-1Q\"".into()
+            )),
+            types
+        );
+        assert_eq!(
+            h(Error::NotFound(
+                "GPU 0000:3b:00.0 does not offer type \"x\"".into()
+            )),
+            types
+        );
+        assert_eq!(
+            h(Error::NotFound("no GPU 0000:99:00.0 on this host".into())),
+            Some("`vgpuctl gpus` lists the GPUs.")
+        );
+        assert!(h(Error::from_answer(
+            "org.freedesktop.DBus.Error.AccessDenied",
+            "no".into()
+        ))
+        .is_some_and(|t| t.contains("group vgpud")));
+        assert_eq!(h(Error::InvalidArgument("bad".into())), None);
     }
 
     #[test]

@@ -81,6 +81,27 @@ fn commands(out: &mut String, prefix: &str, cmd: &Command) {
     }
 }
 
+/// The OUTPUT section, a paragraph an entry.
+const OUTPUT: &[&str] = &[
+    "Tables for a human by default; with --json one JSON document a command (lists as arrays, \
+     keys in snake_case, sizes in bytes, power in mW, times as local ISO 8601 with the offset, \
+     2026-12-03T08:43:36+01:00, null when unknown), and for watch one JSON object a line.",
+    "Times are local: TZ, else /etc/localtime (TZ=UTC vgpuctl device UUID shows UTC). Tables \
+     show them as 2026-12-03 08:43:36 CET, - when unknown (a device another tool made).",
+    "metrics shows each figure with its unit: power in W, temperature in degrees Celsius, \
+     utilization in %, memory in KiB, MiB or GiB.",
+    "PARENT (parent in device and --json) is the device an mdev or vGPU sits on: a GPU, or one \
+     of its SR-IOV VFs; GPU is the physical GPU.",
+    "Every command that changes something confirms it in one line (created mdev UUID (TYPE) \
+     on PARENT, removed device UUID, started, stopped, modified, attached, detached, VFs \
+     enabled, MIG on, made GPU instance ID, scheduler set), unless --quiet: then create prints \
+     only the UUID, mig create only the id, and the others nothing. With --json, each prints \
+     its JSON document, --quiet or not.",
+    "Booleans are flags: --autostart or --no-autostart (create, modify), --persistent or \
+     --no-persistent (modify), --arr or --no-arr (scheduler set). The old form with a value \
+     (--autostart false, --persistent true, --arr false) still works.",
+];
+
 /// The exit codes as a roff list.
 const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Success."),
@@ -121,18 +142,20 @@ pub fn render(cmd: Command) -> std::io::Result<Vec<u8>> {
     let mut text = String::from(".SH COMMANDS\n");
     commands(&mut text, "vgpuctl", &cmd);
     text.push_str(".SH OUTPUT\n");
-    text.push_str(&esc(
-        "Tables for a human by default; with --json one JSON document a command (lists as \
-         arrays, keys in snake_case, sizes in bytes), and for watch one JSON object a line.",
-    ));
-    text.push('\n');
+    for paragraph in OUTPUT {
+        text.push_str(".PP\n");
+        text.push_str(&esc(paragraph));
+        text.push('\n');
+    }
     text.push_str(".SH \"EXIT STATUS\"\n");
     for (code, what) in EXIT_STATUS {
         text.push_str(&format!(".TP\n\\fB{code}\\fR\n{}\n", esc(what)));
     }
     text.push_str(".PP\n");
     text.push_str(&esc(
-        "Errors are printed on stderr as vgpuctl: <D-Bus error name>: <message>.",
+        "Errors are printed on stderr as vgpuctl: <D-Bus error name>: <message>, and where \
+         there is something to try, a second line that says it (vgpuctl types lists the types, \
+         for a type no GPU offers).",
     ));
     text.push('\n');
     text.push_str(".SH \"SEE ALSO\"\n\\fBbusctl\\fR(1); vgpud's README (/usr/share/doc/vgpud/README.md) describes the D\\-Bus API.\n");

@@ -202,6 +202,53 @@ pub fn dict(d: &BTreeMap<String, serde_json::Value>) -> String {
     key_values(&pairs)
 }
 
+/// A Unix time (seconds) in the local time zone (`TZ`, else /etc/localtime): `None` for 0
+/// (unknown) or a time out of range.
+fn zoned(seconds: u64) -> Option<jiff::Zoned> {
+    if seconds == 0 {
+        return None;
+    }
+    let ts = jiff::Timestamp::from_second(i64::try_from(seconds).ok()?).ok()?;
+    Some(ts.to_zoned(jiff::tz::TimeZone::system()))
+}
+
+/// A Unix time as local ISO 8601 with its offset (`2026-12-03T08:43:36+01:00`), for JSON;
+/// `None` for 0 (unknown).
+pub fn iso_time(seconds: u64) -> Option<String> {
+    zoned(seconds).map(|z| z.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string())
+}
+
+/// A Unix time as a human reads it, local (`2026-12-03 08:43:36 CET`); `-` for 0 (unknown).
+pub fn local_time(seconds: u64) -> String {
+    zoned(seconds).map_or_else(
+        || "-".into(),
+        |z| z.strftime("%Y-%m-%d %H:%M:%S %Z").to_string(),
+    )
+}
+
+/// One figure of `metrics` as a human reads it: its name and value with the unit
+/// (`power: 71.5 W`, `temperature: 45 °C`, `gpu_utilization: 37%`, `memory_used: 17.8 GiB`).
+pub fn metric(key: &str, v: &serde_json::Value) -> (String, String) {
+    let n = v.as_u64();
+    match (key, n) {
+        ("power_mw", Some(mw)) => ("power".into(), format!("{:.1} W", mw as f64 / 1000.0)),
+        ("temperature", Some(c)) => (key.into(), format!("{c} °C")),
+        (k, Some(p)) if k.ends_with("_utilization") => (key.into(), format!("{p}%")),
+        _ => (key.into(), value(key, v)),
+    }
+}
+
+/// `metrics` for a human: [`metric`] a line, by name.
+pub fn metrics(m: &BTreeMap<String, serde_json::Value>) -> String {
+    let mut figures: Vec<(String, String)> = m.iter().map(|(k, v)| metric(k, v)).collect();
+    figures.sort();
+    let pairs: Vec<(&str, String)> = figures
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    key_values(&pairs)
+}
+
 /// A dictionary on one line: `key=value ...`.
 pub fn inline(d: &BTreeMap<String, serde_json::Value>) -> String {
     if d.is_empty() {
@@ -246,6 +293,26 @@ mod tests {
         assert_eq!(size(0), "0 B");
         assert_eq!(framebuffer(0), "-");
         assert_eq!(size(100), "100 B");
+    }
+
+    #[test]
+    fn metrics_carry_their_units() {
+        let m: BTreeMap<String, serde_json::Value> = serde_json::from_value(serde_json::json!({
+            "power_mw": 71500, "temperature": 45, "gpu_utilization": 37,
+            "memory_used": 19_092_471_808u64, "ecc_corrected": 2, "type_id": 1001
+        }))
+        .expect("a dict");
+        assert_eq!(
+            metrics(&m),
+            "ecc_corrected:    2\ngpu_utilization:  37%\nmemory_used:      17.8 GiB\n\
+             power:            71.5 W\ntemperature:      45 °C\ntype_id:          1001\n"
+        );
+    }
+
+    #[test]
+    fn an_unknown_time_is_a_dash_and_null() {
+        assert_eq!(local_time(0), "-");
+        assert_eq!(iso_time(0), None);
     }
 
     #[test]
