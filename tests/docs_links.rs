@@ -12,7 +12,8 @@
 //!   (PAGE.md may be in backticks or be a link's text; a path relative to the page that
 //!   holds the reference, like a link: `docs/hardware.md §4` in README.md, `hardware.md
 //!   §4.2` in a page of docs/), or `§N` alone for a section of the same page. A numbered
-//!   heading starts with its number: `## 4. MIG`, `### 4.2 Profiles`;
+//!   heading starts with its number: `## 4. MIG`, `### 4.2 Profiles`. A `§` inside a code
+//!   span is literal text, not a reference;
 //! - README.md shows the architecture picture, `docs/architecture.svg`, made from
 //!   `docs/architecture.dot` beside it, and says the command that remakes it;
 //! - README.md links every page of docs/ (its table of contents) and stays under 300 lines.
@@ -304,6 +305,10 @@ fn broken_sections(root: &Path, page: &Path, text: &str) -> Vec<String> {
             let after = &rest[at + '§'.len_utf8()..];
             rest = after;
             offset = line.len() - rest.len();
+            // A `§` in a code span is literal text (`PAGE.md §N` in this very description).
+            if before.matches('`').count() % 2 == 1 {
+                continue;
+            }
             let number: String = after
                 .chars()
                 .take_while(|c| c.is_ascii_digit() || *c == '.')
@@ -433,7 +438,7 @@ fn the_checker_finds_what_is_broken() {
     .expect("page");
     let page = Path::new("README.md");
     let good = "[a](docs/page.md) [b](docs/page.md#3-things-code-and-more) [c](docs/page.md#twice-1) \
-                [d](docs/) [e](https://example.org/x) see `docs/page.md` §3 and [`x`](#readme)\n\
+                [d](docs/) [e](https://example.org/x) see `docs/page.md` §3, [`x`](#readme), `PAGE.md §N`\n\
                 # Readme\n";
     fs::write(dir.join("README.md"), good).expect("readme");
     assert_eq!(broken_links(&dir, page, good), Vec::<String>::new());
