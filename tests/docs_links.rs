@@ -16,7 +16,9 @@
 //!   span is literal text, not a reference;
 //! - README.md shows the architecture picture, `docs/architecture.svg`, made from
 //!   `docs/architecture.dot` beside it, and says the command that remakes it;
-//! - README.md links every page of docs/ (its table of contents) and stays under 300 lines.
+//! - README.md links every page of docs/ (its table of contents) and stays under 300 lines;
+//! - every `hardware.md §N` in the code's comments (src, crates, tests, benches, fuzz) names a
+//!   numbered section of docs/hardware.md.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -277,7 +279,9 @@ fn broken_links(root: &Path, page: &Path, text: &str) -> Vec<String> {
             }
             if let Some(anchor) = anchor {
                 if file.extension().is_none_or(|x| x != "md") {
-                    problems.push(format!("{at}: {target}: an anchor into a file that is not Markdown"));
+                    problems.push(format!(
+                        "{at}: {target}: an anchor into a file that is not Markdown"
+                    ));
                     continue;
                 }
                 let target_text = fs::read_to_string(root.join(&file)).unwrap_or_default();
@@ -362,7 +366,11 @@ fn every_link_resolves() {
         .iter()
         .flat_map(|p| broken_links(&root, p, &read(p)))
         .collect();
-    assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -394,7 +402,10 @@ fn the_readme_shows_the_picture_and_how_to_remake_it() {
     let svg = read(Path::new("docs/architecture.svg"));
     assert!(svg.contains("<svg"), "docs/architecture.svg is no SVG");
     let dot = read(Path::new("docs/architecture.dot"));
-    assert!(dot.contains("digraph"), "docs/architecture.dot is no Graphviz graph");
+    assert!(
+        dot.contains("digraph"),
+        "docs/architecture.dot is no Graphviz graph"
+    );
     assert!(
         readme.contains("dot -Tsvg docs/architecture.dot -o docs/architecture.svg"),
         "README.md does not say the command that remakes the picture"
@@ -405,7 +416,10 @@ fn the_readme_shows_the_picture_and_how_to_remake_it() {
 fn the_readme_lists_every_page_and_stays_short() {
     let readme = read(Path::new("README.md"));
     let lines = readme.lines().count();
-    assert!(lines <= 300, "README.md has {lines} lines, more than 300: move text to docs/");
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines, more than 300: move text to docs/"
+    );
     let linked: BTreeSet<PathBuf> = prose_lines(&readme)
         .into_iter()
         .flat_map(|(_, l)| link_targets(&without_code_spans(l)))
@@ -422,6 +436,70 @@ fn the_readme_lists_every_page_and_stays_short() {
         "README.md's contents do not link: {}",
         missing.join(", ")
     );
+}
+
+/// The files under `dir` (relative to the root) whose names end in one of `extensions`.
+fn files_under(dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(root().join(dir)) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let rel = dir.join(entry.file_name());
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            files_under(&rel, extensions, out);
+        } else if rel
+            .extension()
+            .is_some_and(|x| extensions.iter().any(|e| x == *e))
+        {
+            out.push(rel);
+        }
+    }
+}
+
+/// The code's comments cite the hardware facts as `hardware.md §N` (also `hardware.md §2,
+/// §5.10`): each names a numbered section of docs/hardware.md.
+#[test]
+fn the_codes_hardware_references_resolve() {
+    let sections = section_numbers(&read(Path::new("docs/hardware.md")));
+    let mut files = Vec::new();
+    for dir in ["src", "crates", "tests", "benches", "fuzz"] {
+        files_under(Path::new(dir), &["rs", "md"], &mut files);
+    }
+    let mut problems = Vec::new();
+    let mut cited = 0;
+    // This file names the form itself.
+    for file in files.iter().filter(|f| !f.ends_with("docs_links.rs")) {
+        let text = read(file);
+        for (n, line) in text.lines().enumerate() {
+            let mut rest = line;
+            while let Some(at) = rest.find("hardware.md") {
+                rest = &rest[at + "hardware.md".len()..];
+                // The references that follow, up to the end of the parenthesis or sentence.
+                let end = rest.find([')', ':', ';']).unwrap_or(rest.len());
+                for part in rest[..end].split('§').skip(1) {
+                    let number: String = part
+                        .trim_start()
+                        .chars()
+                        .take_while(|c| c.is_ascii_digit() || *c == '.')
+                        .collect();
+                    let number = number.trim_end_matches('.');
+                    cited += 1;
+                    if !sections.contains(number) {
+                        problems.push(format!(
+                            "{}:{}: hardware.md §{number} is no section of docs/hardware.md",
+                            file.display(),
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        cited > 0,
+        "no hardware.md § reference found: is the search broken?"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The checker itself: a broken link, anchor and reference in a small tree are reported,
@@ -448,21 +526,45 @@ fn the_checker_finds_what_is_broken() {
                ```\n[in code](nowhere.md) §9\n```\n";
     let links = broken_links(&dir, page, bad);
     assert_eq!(links.len(), 3, "{links:?}");
-    assert!(links[0].contains("docs/gone.md does not exist"), "{links:?}");
+    assert!(
+        links[0].contains("docs/gone.md does not exist"),
+        "{links:?}"
+    );
     assert!(links[1].contains("#not-a-heading"), "{links:?}");
     let sections = broken_sections(&dir, page, bad);
     assert_eq!(sections.len(), 3, "{sections:?}");
-    assert!(sections[0].contains("no section numbered 4"), "{sections:?}");
-    assert!(sections[1].contains("page.md, which does not exist"), "{sections:?}");
-    assert!(sections[2].contains("without a section number"), "{sections:?}");
+    assert!(
+        sections[0].contains("no section numbered 4"),
+        "{sections:?}"
+    );
+    assert!(
+        sections[1].contains("page.md, which does not exist"),
+        "{sections:?}"
+    );
+    assert!(
+        sections[2].contains("without a section number"),
+        "{sections:?}"
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn anchors_follow_githubs_rule() {
-    assert_eq!(slug("What survives what, and where state lives"), "what-survives-what-and-where-state-lives");
-    assert_eq!(slug("oVirt (`integrations/ovirt/`)"), "ovirt-integrationsovirt");
-    assert_eq!(slug("4.2 The scheduler: RmPVMRL"), "42-the-scheduler-rmpvmrl");
-    assert_eq!(slug("The login storm (`cargo bench --bench storm`)"), "the-login-storm-cargo-bench---bench-storm");
+    assert_eq!(
+        slug("What survives what, and where state lives"),
+        "what-survives-what-and-where-state-lives"
+    );
+    assert_eq!(
+        slug("oVirt (`integrations/ovirt/`)"),
+        "ovirt-integrationsovirt"
+    );
+    assert_eq!(
+        slug("4.2 The scheduler: RmPVMRL"),
+        "42-the-scheduler-rmpvmrl"
+    );
+    assert_eq!(
+        slug("The login storm (`cargo bench --bench storm`)"),
+        "the-login-storm-cargo-bench---bench-storm"
+    );
     assert_eq!(slug("See [the API](api.md)"), "see-the-api");
 }
