@@ -359,32 +359,24 @@ fn broken_sections(root: &Path, page: &Path, text: &str) -> Vec<String> {
     problems
 }
 
-#[test]
-fn every_link_resolves() {
+/// Runs `check` on every page and fails with what it found.
+fn assert_every_page(what: &str, check: fn(&Path, &Path, &str) -> Vec<String>) {
     let root = root();
     let problems: Vec<String> = pages()
         .iter()
-        .flat_map(|p| broken_links(&root, p, &read(p)))
+        .flat_map(|p| check(&root, p, &read(p)))
         .collect();
-    assert!(
-        problems.is_empty(),
-        "broken links:\n{}",
-        problems.join("\n")
-    );
+    assert!(problems.is_empty(), "{what}:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn every_link_resolves() {
+    assert_every_page("broken links", broken_links);
 }
 
 #[test]
 fn every_section_reference_resolves() {
-    let root = root();
-    let problems: Vec<String> = pages()
-        .iter()
-        .flat_map(|p| broken_sections(&root, p, &read(p)))
-        .collect();
-    assert!(
-        problems.is_empty(),
-        "broken § references:\n{}",
-        problems.join("\n")
-    );
+    assert_every_page("broken § references", broken_sections);
 }
 
 #[test]
