@@ -5,8 +5,9 @@
 //!
 //! - names of 201–256 bytes, which the adapter must let through (what answers then is a
 //!   later layer: the engine, the XML renderer, or success), and
-//! - names past the documented limit (README: "names 256 bytes", layouts and MIG profiles
-//!   64, the name options `owner` and `parent` 256 like names, other string options 4096),
+//! - names past the documented limit (docs/api.md, "Limits": "names 256 bytes", layouts and
+//!   MIG profiles 64, the name options `owner` and `parent` 256 like names, other string
+//!   options 4096),
 //!   which the adapter must refuse itself, with its own words:
 //!   "WHAT of METHOD is N bytes long; at most MAX are accepted".
 
@@ -19,7 +20,7 @@ use zbus::Variant;
 use common::proxy::{error_message, error_name, opts, LayoutsProxy, NvidiaProxy};
 use common::setup::Setup;
 
-/// The documented limit of names (README, "Errors": "names 256 bytes").
+/// The documented limit of names (docs/api.md, "Limits": "names 256 bytes").
 const NAME: usize = 256;
 /// Layout names and MIG profile names.
 const SHORT_NAME: usize = 64;

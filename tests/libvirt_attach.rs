@@ -181,7 +181,7 @@ fn an_owner_tag_is_no_attachment_and_a_pools_device_goes_to_its_guest() {
         .with_domain("vdi-1", RUNNING)
         .with_domain("vdi-2", RUNNING);
 
-    // The README's sequence: created for a domain, then attached to it.
+    // docs/api.md's AttachDevice: created for a domain, then attached to it.
     let tagged = device_owned_by(&engine, "win10-vm");
     let dev = attach(
         &engine,

@@ -208,9 +208,9 @@ async fn without_vgpud_the_hook_fails_clearly() {
     );
 }
 
-/// The README's walkthrough: render a VDI domain for two vGPUs, validate it with libvirt's
-/// schema and its test driver (through virsh), then let the hook recreate and remove the
-/// devices from the rendered XML alone.
+/// The walkthrough of docs/integrations.md ("A walkthrough"): render a VDI domain for two
+/// vGPUs, validate it with libvirt's schema and its test driver (through virsh), then let
+/// the hook recreate and remove the devices from the rendered XML alone.
 #[tokio::test]
 async fn a_rendered_domain_validates_in_libvirt_and_drives_the_hook() {
     let host = TestHost::new(&["nvidia-turing"]);

@@ -550,7 +550,7 @@ fn unit_from_cgroup(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// README's "Who may do what", by hand: every method of the API and the property reads.
+    /// docs/api.md's "Who may do what", by hand: every method of the API and the property reads.
     /// (tests/authorization_spec.rs checks the same against the introspection data and the
     /// real polkitd.)
     #[test]

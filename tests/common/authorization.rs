@@ -1,4 +1,4 @@
-//! Who may do what, written by hand from the API's documentation (README.md, "Who may do
+//! Who may do what, written by hand from the API's documentation (docs/api.md, "Who may do
 //! what"; dbus/org.vgpud1.conf; the property reads of src/dbus/access.rs's `call_guard`), and
 //! deliberately NOT computed by `vgpud::dbus::access::action_of`, the code under test: a
 //! method mapped to the wrong action there must make the tests that use this table fail.
@@ -55,7 +55,7 @@ const PEER: &str = "org.freedesktop.DBus.Peer";
 /// The table. Every method of the API is here, and nothing else (tests/authorization_spec.rs
 /// checks both against dbus/org.vgpud1.xml and the live introspection).
 pub const SPEC: &[Entry] = &[
-    // README: org.vgpud1.read.
+    // docs/api.md: org.vgpud1.read.
     (MANAGER, "ListGpus", Need::Read, "/org/vgpud1", ""),
     (MANAGER, "ListTypes", Need::Read, "/org/vgpud1", ""),
     (MANAGER, "ListDevices", Need::Read, "/org/vgpud1", ""),
@@ -116,7 +116,7 @@ pub const SPEC: &[Entry] = &[
         "/org/vgpud1/layouts",
         "absent",
     ),
-    // README: org.vgpud1.manage-devices.
+    // docs/api.md: org.vgpud1.manage-devices.
     (
         MANAGER,
         "CreateDevice",
@@ -166,7 +166,7 @@ pub const SPEC: &[Entry] = &[
         "/org/vgpud1",
         "{DEV} vm1 {NONE}",
     ),
-    // README: org.vgpud1.configure-host (ApplyLayout "a dry run too").
+    // docs/api.md: org.vgpud1.configure-host (ApplyLayout "a dry run too").
     (
         MANAGER,
         "SetVfCount",

@@ -1,5 +1,5 @@
 //! The raw zbus proxies of `org.vgpud1`, one per interface, written from the documented
-//! contract (`dbus/org.vgpud1.xml`, the README), not from the server's code: what they
+//! contract (`dbus/org.vgpud1.xml`, docs/api.md), not from the server's code: what they
 //! expect is what every client may rely on. [`crate::Client`] wraps them with typed rows
 //! and errors; tests use them directly to send exactly the wire types they mean to.
 
