@@ -158,7 +158,7 @@ pub fn render(cmd: Command) -> std::io::Result<Vec<u8>> {
          for a type no GPU offers).",
     ));
     text.push('\n');
-    text.push_str(".SH \"SEE ALSO\"\n\\fBbusctl\\fR(1); vgpud's README (/usr/share/doc/vgpud/README.md) describes the D\\-Bus API.\n");
+    text.push_str(".SH \"SEE ALSO\"\n\\fBbusctl\\fR(1); the D\\-Bus API is described in /usr/share/doc/vgpud/docs/api.md.\n");
     page.extend_from_slice(text.as_bytes());
     man.render_version_section(&mut page)?;
     Ok(page)
