@@ -473,10 +473,13 @@ impl CallBudget<Option<u32>> {
         } else {
             (CALLS_PER_UID, CALLS_OF_OTHERS)
         };
+        // Short: under a flood, every one of these answers crosses the bus.
+        let who = caller
+            .uid
+            .map_or_else(|| "a caller".to_string(), |u| format!("uid {u}"));
         self.take(&caller.uid, limit, all).ok_or_else(|| {
             Error::Busy(format!(
-                "{} has {limit} calls to vgpud in flight, the most taken at once from one user (or all users have {CALLS_OF_OTHERS}); call again when one is answered",
-                describe(caller)
+                "{who} has {limit} calls in flight (or all users {CALLS_OF_OTHERS}); call again when one is answered"
             ))
         })
     }
@@ -489,7 +492,7 @@ impl CallBudget<String> {
         self.take(&name.to_string(), WAITING_PER_CONNECTION, WAITING_ALL)
             .ok_or_else(|| {
                 Error::Busy(format!(
-                    "connection {} has {WAITING_PER_CONNECTION} calls waiting to learn who it is, or vgpud has {WAITING_ALL} such calls; call again when one is answered",
+                    "{} has {WAITING_PER_CONNECTION} calls in flight (or all new connections {WAITING_ALL}); call again when one is answered",
                     name.chars().take(32).collect::<String>()
                 ))
             })

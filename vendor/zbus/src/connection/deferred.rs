@@ -19,9 +19,9 @@ use super::{Connection, WeakConnection};
 use crate::{Message, runtime::Task};
 
 /// The most bytes of messages waiting in the queue.
-pub(crate) const MAX_QUEUED_BYTES: usize = 4 << 20;
+pub(crate) const MAX_QUEUED_BYTES: usize = 16 << 20;
 /// The most bytes written in one turn of the socket's write lock.
-const TURN_BYTES: usize = 16 << 10;
+const TURN_BYTES: usize = 4 << 10;
 
 #[derive(Debug, Default)]
 pub(crate) struct Deferred {
