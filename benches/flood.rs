@@ -9,7 +9,8 @@
 //! `VGPUD_FLOOD_CONNECTIONS` (default 200) and `VGPUD_FLOOD_CALLS` (per connection, default
 //! 128) size the flood; `VGPUD_FLOOD_OWNERS` (default `4096,200`) the owners' lengths, one
 //! flood each; `VGPUD_BENCH_BASELINE=<a vgpud binary>` floods it first, in the same run, for a
-//! comparison side by side.
+//! comparison side by side. `VGPUD_FLOOD_TRACE=1` prints each of root's calls as it ends
+//! (its latency, and when it ended from the flood's start).
 
 #[path = "common/daemon.rs"]
 #[allow(dead_code)]
@@ -137,11 +138,22 @@ fn flood(bin: &Path, connections: usize, calls: usize, owner_len: usize) {
             .args([connections, calls, owner_len].map(|n| n.to_string()));
         let flood = tokio::task::spawn_blocking(move || flood.output().expect("setpriv"));
         let mut latencies = Vec::new();
+        let trace = std::env::var_os("VGPUD_FLOOD_TRACE").is_some();
+        let started = Instant::now();
         let mut refused: BTreeMap<String, usize> = BTreeMap::new();
         while !flood.is_finished() {
             let t = Instant::now();
             match root.list_gpus().await {
-                Ok(_) => latencies.push(ms(t.elapsed())),
+                Ok(_) => {
+                    latencies.push(ms(t.elapsed()));
+                    if trace {
+                        println!(
+                            "  root's ListGpus: {:.1} ms, ended at {:.2} s",
+                            ms(t.elapsed()),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                }
                 Err(e) => *refused.entry(e.to_string()).or_default() += 1,
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

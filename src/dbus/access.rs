@@ -114,12 +114,15 @@ impl Answer {
     }
 }
 
+/// One question to polkit, shared by the calls that wait for its answer.
+type PendingAnswer = Arc<tokio::sync::OnceCell<Answer>>;
+
 /// The authorization check shared by every method.
 pub struct Access {
     conn: Connection,
     answers: Mutex<HashMap<(String, Action), (Instant, Answer)>>,
     /// Questions to polkit under way, one per connection and action.
-    asking: Mutex<HashMap<(String, Action), Arc<tokio::sync::OnceCell<Answer>>>>,
+    asking: Mutex<HashMap<(String, Action), PendingAnswer>>,
     callers: Mutex<HashMap<String, (Instant, Caller)>>,
     /// Lookups of credentials under way, one per connection: the calls a connection pipelines
     /// before its credentials are known wait for one question to the bus, not one each.
