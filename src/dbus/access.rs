@@ -134,6 +134,36 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The value of `ask` for `key`, asked once for all who want it at the same time: the
+/// first starts it, the others wait for its answer. Whoever finds the question still open
+/// when it is answered closes it and hands the answer to `kept` (to keep it for later).
+async fn once_per_key<
+    K: std::hash::Hash + Eq + Clone,
+    V: Clone,
+    F: std::future::Future<Output = V>,
+>(
+    pending: &Mutex<HashMap<K, Arc<tokio::sync::OnceCell<V>>>>,
+    key: K,
+    ask: impl FnOnce() -> F,
+    kept: impl FnOnce(&V),
+) -> V {
+    let cell = {
+        let mut pending = lock(pending);
+        if pending.len() >= KEEP_MAX {
+            pending.clear();
+        }
+        pending.entry(key.clone()).or_default().clone()
+    };
+    let value = cell.get_or_init(ask).await.clone();
+    let mut open = lock(pending);
+    if open.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+        open.remove(&key);
+        drop(open);
+        kept(&value);
+    }
+    value
+}
+
 /// Keeps `value` for `key`, dropping expired entries when the map is full.
 fn keep<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, (Instant, V)>, key: K, value: V) {
     if map.len() >= KEEP_MAX {
@@ -200,23 +230,13 @@ impl Access {
         if let Some(answer) = kept {
             return answer;
         }
-        let cell = {
-            let mut pending = lock(&self.asking);
-            if pending.len() >= KEEP_MAX {
-                pending.clear();
-            }
-            pending.entry(key.clone()).or_default().clone()
-        };
-        let answer = cell
-            .get_or_init(|| self.ask(header, action, caller, false))
-            .await
-            .clone();
-        let mut pending = lock(&self.asking);
-        if pending.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            pending.remove(&key);
-            keep(&mut lock(&self.answers), key, answer.clone());
-        }
-        answer
+        once_per_key(
+            &self.asking,
+            key.clone(),
+            || self.ask(header, action, caller, false),
+            |answer| keep(&mut lock(&self.answers), key.clone(), answer.clone()),
+        )
+        .await
     }
 
     /// Asks polkit whether `caller` may take `action` (root may without polkitd).
@@ -285,23 +305,13 @@ impl Access {
         if let Some(c) = self.cached_caller(header) {
             return c;
         }
-        let cell = {
-            let mut pending = lock(&self.looking_up);
-            if pending.len() >= KEEP_MAX {
-                pending.clear();
-            }
-            pending.entry(name.clone()).or_default().clone()
-        };
-        let caller = cell
-            .get_or_init(|| self.look_up(name.clone()))
-            .await
-            .clone();
-        let mut pending = lock(&self.looking_up);
-        if pending.get(&name).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            pending.remove(&name);
-            keep(&mut lock(&self.callers), name, caller.clone());
-        }
-        caller
+        once_per_key(
+            &self.looking_up,
+            name.clone(),
+            || self.look_up(name.clone()),
+            |caller| keep(&mut lock(&self.callers), name.clone(), caller.clone()),
+        )
+        .await
     }
 
     /// The caller of a message when its connection's credentials are known already.
