@@ -151,33 +151,176 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    use crate::engine::CreateRequest;
+    use crate::host::Host;
+
+    /// How long a turn may take to come: a broken queue fails the test instead of hanging it.
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// Waits until `done`, failing after [`WAIT`].
+    fn within(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Runs `f`, and ends the whole test run when it has not finished within [`WAIT`]: a
+    /// queue that never serves a turn would hang every create of the suite, which is slower
+    /// to notice than a failure.
+    fn or_abort<T>(what: &str, f: impl FnOnce() -> T) -> T {
+        let done = Arc::new(AtomicBool::new(false));
+        let watched = done.clone();
+        let what = what.to_string();
+        std::thread::spawn(move || {
+            std::thread::sleep(WAIT);
+            if !watched.load(Ordering::SeqCst) {
+                eprintln!("{what}: not done within {WAIT:?}; ending the test run");
+                std::process::abort();
+            }
+        });
+        let out = f();
+        done.store(true, Ordering::SeqCst);
+        out
+    }
 
     #[test]
     fn turns_come_in_ticket_order() {
-        let queue = Arc::new(FairQueue::default());
-        let first = queue.wait_turn();
-        let (tx, rx) = mpsc::channel();
-        let mut threads = Vec::new();
-        for i in 0..5 {
-            let q = queue.clone();
-            let tx = tx.clone();
-            threads.push(std::thread::spawn(move || {
-                let _turn = q.wait_turn();
-                tx.send(i).expect("send");
-            }));
-            // Each thread has its ticket before the next starts.
-            while lock(&queue.state).0 != i + 2 {
-                std::thread::sleep(Duration::from_millis(1));
+        or_abort("turns in ticket order", || {
+            let queue = Arc::new(FairQueue::default());
+            let first = queue.wait_turn();
+            let (tx, rx) = mpsc::channel();
+            let mut threads = Vec::new();
+            for i in 0..5 {
+                let q = queue.clone();
+                let tx = tx.clone();
+                threads.push(std::thread::spawn(move || {
+                    let _turn = q.wait_turn();
+                    tx.send(i).expect("send");
+                }));
+                // Each thread has its ticket before the next starts.
+                within("a ticket for each request", || {
+                    lock(&queue.state).0 == i + 2
+                });
             }
+            assert!(rx.try_recv().is_err(), "nobody passes the one being served");
+            drop(first);
+            for t in threads {
+                t.join().expect("join");
+            }
+            let order: Vec<u64> = rx.try_iter().collect();
+            assert_eq!(order, vec![0, 1, 2, 3, 4]);
+            // Once everyone was served, the next comes at once.
+            drop(queue.wait_turn());
+        });
+    }
+
+    /// An engine on two Quadro RTX 6000 (24 GB), the first of them, and its `RTX6000-12Q`
+    /// type: room for 24 / 12 = 2 on an empty GPU (hardware.md §1.3).
+    fn turing() -> (tempfile::TempDir, Engine, String, MdevType) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::simulate::write_profile("nvidia-turing", dir.path()).expect("profile");
+        let e = Engine::new(Host::simulated(dir.path())).expect("engine");
+        let gpu = e
+            .list_gpus()
+            .into_iter()
+            .find(|g| g.driver == "nvidia")
+            .expect("a Quadro RTX 6000");
+        let ty = gpu
+            .types
+            .iter()
+            .find(|t| t.name.ends_with("RTX6000-12Q"))
+            .cloned()
+            .expect("RTX6000-12Q");
+        (dir, e, gpu.address, ty)
+    }
+
+    fn outcome(r: &Reserve<'_>) -> &'static str {
+        match r {
+            Reserve::Reserved(_) => "reserved",
+            Reserve::Taken => "taken",
+            Reserve::NotReservable => "not reservable",
         }
-        assert!(rx.try_recv().is_err(), "nobody passes the one being served");
+    }
+
+    /// What a look at the room finds (a reservation made is given back at once).
+    fn look(e: &Engine, gpu: &str, ty: &MdevType) -> &'static str {
+        outcome(&e.reserve_room(gpu, ty).expect("look"))
+    }
+
+    fn reserved<'a>(e: &'a Engine, gpu: &str, ty: &MdevType) -> Reservation<'a> {
+        match e.reserve_room(gpu, ty).expect("look") {
+            Reserve::Reserved(r) => r,
+            other => panic!("no reservation: {}", outcome(&other)),
+        }
+    }
+
+    #[test]
+    fn reservations_never_promise_more_room_than_the_gpu_has_and_give_it_back() {
+        let (_d, e, gpu, ty) = turing();
+        let unreserved = || e.unreserved_room(&gpu, &ty).expect("room");
+        assert_eq!(e.available(&gpu, &ty.id).expect("room"), 2);
+        let first = reserved(&e, &gpu, &ty);
+        assert!(unreserved(), "one of two places held");
+        let second = reserved(&e, &gpu, &ty);
+        assert_eq!(look(&e, &gpu, &ty), "taken", "both places are promised");
+        assert!(!unreserved(), "both places are promised");
+        // A reservation given back is promised again, once.
         drop(first);
-        for t in threads {
-            t.join().expect("join");
+        assert!(unreserved(), "one place given back");
+        let third = reserved(&e, &gpu, &ty);
+        assert_eq!(look(&e, &gpu, &ty), "taken");
+        drop(second);
+        drop(third);
+        assert!(
+            lock(&e.admissions.reserved).is_empty(),
+            "nothing held any more"
+        );
+        // Nothing held and the GPU really full: not "taken", the create asks the kernel.
+        for _ in 0..2 {
+            e.create_device(&CreateRequest {
+                type_query: ty.id.clone(),
+                parent: Some(gpu.clone()),
+                ..CreateRequest::default()
+            })
+            .expect("create");
         }
-        let order: Vec<u64> = rx.try_iter().collect();
-        assert_eq!(order, vec![0, 1, 2, 3, 4]);
+        assert_eq!(e.available(&gpu, &ty.id).expect("room"), 0);
+        assert_eq!(look(&e, &gpu, &ty), "not reservable");
+        assert!(unreserved(), "nothing held: the kernel decides");
+    }
+
+    #[test]
+    fn one_queue_per_type_and_per_pinned_gpu() {
+        let (_d, e, gpu, ty) = turing();
+        let named = |name: &str| {
+            vec![(
+                gpu.clone(),
+                MdevType {
+                    name: name.into(),
+                    ..ty.clone()
+                },
+            )]
+        };
+        let queue = e.admission(&named("GRID RTX6000-12Q"), None);
+        let same = e.admission(&named("grid rtx6000-12q"), None);
+        assert!(
+            Arc::ptr_eq(&queue, &same),
+            "one type, one queue, whatever the case"
+        );
+        let other = e.admission(&named("GRID RTX6000-6Q"), None);
+        assert!(!Arc::ptr_eq(&queue, &other), "another type does not wait");
+        let pinned = e.admission(&named("GRID RTX6000-12Q"), Some(&gpu));
+        assert!(
+            !Arc::ptr_eq(&queue, &pinned),
+            "a pinned request has its GPU's queue"
+        );
+        let again = e.admission(&named("GRID RTX6000-12Q"), Some(&gpu));
+        assert!(Arc::ptr_eq(&pinned, &again));
     }
 }

@@ -988,4 +988,64 @@ mod tests {
         );
         e.start_device(&kept.uuid).expect("start");
     }
+
+    /// A power cut after a persistent create was acknowledged, before its intent's close
+    /// reached the disk: the reboot takes the device, the committed definition and record
+    /// stay, and the intent comes back open. Its replay keeps the device defined; a create
+    /// whose commit never landed is still rolled back.
+    #[test]
+    fn an_acknowledged_create_whose_device_a_power_cut_took_stays_defined() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::simulate::write_profile("mtty", dir.path()).expect("profile");
+        let host = Host::simulated(dir.path());
+        let e = boot(dir.path());
+        let acked = e
+            .create_device(&CreateRequest {
+                type_query: "mtty-1".into(),
+                owner: "vm-acked".into(),
+                autostart: false,
+                ..CreateRequest::default()
+            })
+            .expect("create");
+        drop(e);
+        let create = |uuid: &str, parent: Option<&str>| intent::Intent {
+            version: intent::VERSION,
+            uuid: uuid.into(),
+            started: 1,
+            operation: Operation::Create {
+                parent: parent.map(str::to_string),
+                type_id: Some(acked.type_id.clone()),
+                owner: "vm-acked".into(),
+                params: None,
+                persistent: true,
+                autostart: false,
+            },
+        };
+        // The close of its intent was lost with the power; so was a create in flight, whose
+        // commit never landed (no definition, no record).
+        let unfinished = "a1b2c3d4-0000-4000-8000-0000000000ff";
+        intent::open(&host, &create(&acked.uuid, Some(&acked.parent))).expect("intent");
+        intent::open(&host, &create(unfinished, None)).expect("intent");
+        reboot(dir.path());
+
+        let e = boot(dir.path());
+        let dev = e
+            .device(&acked.uuid)
+            .expect("the acknowledged device is still known");
+        assert!(!dev.active && dev.persistent, "{dev:?}");
+        assert_eq!(dev.owner, "vm-acked");
+        assert!(
+            mdevctl::path(&host, &acked.parent, &acked.uuid).exists(),
+            "definition kept"
+        );
+        assert!(state::path(&host, &acked.uuid).exists(), "record kept");
+        assert!(e.device(unfinished).is_none());
+        assert!(!state::path(&host, unfinished).exists());
+        assert!(
+            intent::read_all(&host).expect("intents").is_empty(),
+            "both replayed"
+        );
+        // It starts as any defined device does.
+        e.start_device(&acked.uuid).expect("start");
+    }
 }

@@ -262,4 +262,32 @@ mod tests {
             .join(format!("{}.json.bad", intent.uuid))
             .exists());
     }
+
+    #[test]
+    fn an_intent_both_in_the_journal_and_in_an_old_file_is_read_once_as_the_journal_has_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let intent = |uuid: &str, started: u64, operation: Operation| Intent {
+            version: VERSION,
+            uuid: uuid.into(),
+            started,
+            operation,
+        };
+        let remove = || Operation::Remove {
+            parent: "mtty".into(),
+        };
+        let journaled = intent(
+            "a1b2c3d4-0000-4000-8000-000000000001",
+            5,
+            Operation::Start {
+                parent: "mtty".into(),
+            },
+        );
+        open(&host, &journaled).expect("open");
+        // An older vgpud's file of the same UUID (an upgrade after a crash), and of another.
+        write_legacy(&host, &intent(&journaled.uuid, 1, remove())).expect("legacy");
+        let other = intent("a1b2c3d4-0000-4000-8000-000000000002", 3, remove());
+        write_legacy(&host, &other).expect("legacy");
+        assert_eq!(read_all(&host).expect("read"), vec![journaled, other]);
+    }
 }
