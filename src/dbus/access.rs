@@ -191,12 +191,11 @@ impl Access {
     /// Lets the call in if its caller may take the method's action; the caller otherwise
     /// gets `AccessDenied`, or `InteractiveAuthorizationRequired` when polkit would ask a
     /// password and the call did not allow interaction.
-    pub async fn admit(&self, header: &Header<'_>, method: &str) -> Result<Caller> {
+    pub async fn admit(&self, header: &Header<'_>, caller: &Caller, method: &str) -> Result<()> {
         let action = action_of(method);
-        let caller = self.caller(header).await;
         if caller.name.is_empty() {
             // A peer-to-peer connection (no bus): only vgpud's own tests make those.
-            return Ok(caller);
+            return Ok(());
         }
         let interactive = header
             .primary()
@@ -204,7 +203,7 @@ impl Access {
             .contains(Flags::ALLOW_INTERACTIVE_AUTH);
         let answer = if interactive {
             // The user may authenticate now: asked every time, and not kept.
-            let answer = self.ask(header, action, &caller, true).await;
+            let answer = self.ask(header, action, caller, true).await;
             if answer == Answer::Yes {
                 keep(
                     &mut lock(&self.answers),
@@ -214,9 +213,9 @@ impl Access {
             }
             answer
         } else {
-            self.answer(header, action, &caller).await
+            self.answer(header, action, caller).await
         };
-        answer.result(method, action, &caller).map(|()| caller)
+        answer.result(method, action, caller)
     }
 
     /// The kept answer for the caller's connection and `action`, else polkit's, asked once
@@ -362,8 +361,9 @@ pub fn call_guard(access: std::sync::Arc<Access>) -> zbus::object_server::CallGu
                 _ => false,
             };
             if guarded {
+                let caller = access.caller(&header).await;
                 access
-                    .admit(&header, &member)
+                    .admit(&header, &caller, &member)
                     .await
                     .map_err(|e| Box::new(e) as zbus::BoxDBusError)?;
             }

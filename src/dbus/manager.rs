@@ -90,7 +90,7 @@ impl Manager {
             limits::options(method, o)?;
         }
         let caller = self.access.caller(header).await;
-        let admitted = self.access.admit(header, method).await;
+        let admitted = self.access.admit(header, &caller, method).await;
         let cause = Cause {
             method: method.to_string(),
             uid: caller.uid,

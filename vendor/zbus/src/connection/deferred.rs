@@ -68,11 +68,11 @@ impl Connection {
     pub async fn send_deferred(&self, msg: Message) {
         let deferred = &self.inner.deferred;
         let len = msg.data().len();
+        let fits = |q: &(VecDeque<Message>, usize)| q.0.is_empty() || q.1 + len <= MAX_QUEUED_BYTES;
         loop {
-            let room = deferred.room.listen();
             {
                 let mut q = deferred.lock();
-                if q.0.is_empty() || q.1 + len <= MAX_QUEUED_BYTES {
+                if fits(&q) {
                     q.0.push_back(msg);
                     q.1 += len;
                     break;
@@ -81,7 +81,12 @@ impl Connection {
             if self.inner.is_closed() {
                 return;
             }
-            room.await;
+            // Listen, then look again, so that room made in between is not missed.
+            let room = deferred.room.listen();
+            let full = !fits(&deferred.lock());
+            if full {
+                room.await;
+            }
         }
         deferred
             .writer
@@ -95,11 +100,15 @@ impl Connection {
             loop {
                 let Some(conn) = weak.upgrade() else { return };
                 let deferred = &conn.inner.deferred;
-                let queued = deferred.queued.listen();
                 let (batch, bytes) = deferred.turn();
                 if batch.is_empty() {
-                    drop(conn);
-                    queued.await;
+                    // Listen, then look again, so that a message queued in between is not missed.
+                    let queued = deferred.queued.listen();
+                    let empty = deferred.lock().0.is_empty();
+                    if empty {
+                        drop(conn);
+                        queued.await;
+                    }
                     continue;
                 }
                 let sent = conn.send_all(&batch).await;
