@@ -202,7 +202,7 @@ impl Access {
             .flags()
             .contains(Flags::ALLOW_INTERACTIVE_AUTH);
         let answer = if interactive {
-            // The user may authenticate now: asked every time, and not kept.
+            // The user may authenticate now: asked every time; only a yes is kept.
             let answer = self.ask(header, action, caller, true).await;
             if answer == Answer::Yes {
                 keep(
@@ -416,7 +416,8 @@ pub const CALLS_PER_UID: usize = 64;
 /// Root's own budget: its calls never count against the others', so others cannot starve
 /// it, and a broker running as root may storm (the engine queues its calls fairly).
 pub const CALLS_OF_ROOT: usize = 1024;
-/// How many calls of all users but root may be in flight at once.
+/// How many calls may be in flight at once when a user other than root starts one (root's
+/// count with the others': root's own bound is [`CALLS_OF_ROOT`]).
 pub const CALLS_OF_OTHERS: usize = 2048;
 /// How many calls of one connection may be in flight while its credentials are asked of
 /// the bus (its first calls, pipelined); the rest are answered `Busy` at once. The system
