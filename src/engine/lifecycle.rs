@@ -24,8 +24,42 @@ pub(super) enum Attempt {
     Refused(String),
 }
 
+/// An intent vgpud recorded before changing the host: closed when dropped, so no return path
+/// can forget it, unless [`IntentGuard::keep_open`] leaves it for the next start's replay
+/// to finish (a removal whose files could not be deleted, say).
+#[must_use = "the intent closes when this is dropped"]
+pub(super) struct IntentGuard<'a> {
+    engine: &'a Engine,
+    uuid: String,
+    close: bool,
+}
+
+impl IntentGuard<'_> {
+    /// Leaves the intent open: the work it names is half done, and the replay at the next
+    /// start finishes or undoes it.
+    pub(super) fn keep_open(mut self) {
+        self.close = false;
+    }
+}
+
+impl Drop for IntentGuard<'_> {
+    fn drop(&mut self) {
+        if self.close {
+            self.engine.close_intent(&self.uuid);
+        }
+    }
+}
+
+/// What trying one GPU for a create came to.
+enum Tried {
+    Made(DeviceInfo),
+    Refused(String),
+}
+
 impl Engine {
-    pub(super) fn open_intent(&self, uuid: &str, operation: Operation) -> EngineResult<()> {
+    /// Records an intent that the caller's [`IntentGuard`] (from [`Engine::intent_guard`])
+    /// closes: for steps that an operation of the caller runs.
+    pub(super) fn record_intent(&self, uuid: &str, operation: Operation) -> EngineResult<()> {
         intent::open(
             &self.host,
             &Intent {
@@ -38,7 +72,27 @@ impl Engine {
         .map_err(|e| EngineError::persist(format!("recording the intent for {uuid}"), e))
     }
 
-    pub(super) fn close_intent(&self, uuid: &str) {
+    /// Records an intent, closed when the guard is dropped.
+    pub(super) fn open_intent(
+        &self,
+        uuid: &str,
+        operation: Operation,
+    ) -> EngineResult<IntentGuard<'_>> {
+        self.record_intent(uuid, operation)?;
+        Ok(self.intent_guard(uuid))
+    }
+
+    /// A guard that closes whatever intent is open for `uuid` when dropped (none: nothing),
+    /// for an operation whose steps record the intent themselves.
+    pub(super) fn intent_guard(&self, uuid: &str) -> IntentGuard<'_> {
+        IntentGuard {
+            engine: self,
+            uuid: uuid.to_string(),
+            close: true,
+        }
+    }
+
+    fn close_intent(&self, uuid: &str) {
         // A close that fails leaves an intent whose replay finds the work done: harmless.
         if let Err(e) = intent::close(&self.host, uuid) {
             tracing::error!(%uuid, error = %e, "could not close an intent");
@@ -66,35 +120,11 @@ impl Engine {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let claim = self.claim(&uuid, true)?;
-        // A host with no room says so at once, without touching the disk. The GPUs before
-        // the first with room are left out; from it on, each is tried under its lock.
-        let mut refusals = Vec::new();
-        let mut first_open = None;
-        for (i, candidate) in candidates.iter().enumerate() {
-            match self.room_for(&candidate.0, &candidate.1, req.create_instance)? {
-                None => {
-                    first_open = Some(i);
-                    break;
-                }
-                Some(reason) => refusals.push(Refusal {
-                    gpu: candidate.0.clone(),
-                    reason,
-                }),
-            }
-        }
-        let open: Vec<&(String, MdevType)> = match first_open {
-            Some(i) => candidates[i..].iter().collect(),
-            None => Vec::new(),
-        };
-        if open.is_empty() {
-            return Err(EngineError::NoCapacity {
-                type_query: req.type_query.clone(),
-                refusals,
-            });
-        }
+        // A host with no room says so at once, without touching the disk.
+        let open = self.from_first_with_room(&candidates, req)?;
         // The intent is made durable before the turn is taken, so the disk waits of
         // concurrent creates overlap (and the file system commits them together).
-        self.open_intent(
+        let intent = self.open_intent(
             &uuid,
             Operation::Create {
                 parent: None,
@@ -107,7 +137,7 @@ impl Engine {
         )?;
         let admission = self.admission(&candidates, req.parent.as_deref());
         let mut turn = Some(admission.wait_turn());
-        refusals.clear();
+        let mut refusals = Vec::new();
         // Two passes: the second looks again, exactly and under their lock, at the GPUs whose
         // room other requests had reserved when the first looked, before a refusal.
         let mut pass = open;
@@ -129,14 +159,7 @@ impl Engine {
                 let reservation = if second_look {
                     None
                 } else {
-                    let look = match self.reserve_room(parent, ty) {
-                        Ok(look) => look,
-                        Err(e) => {
-                            self.close_intent(&uuid);
-                            return Err(e);
-                        }
-                    };
-                    match look {
+                    match self.reserve_room(parent, ty)? {
                         Reserve::Reserved(r) => {
                             turn = None;
                             Some(r)
@@ -149,107 +172,39 @@ impl Engine {
                     }
                 };
                 let held = lock(&gpu_lock);
-                let room = if second_look {
-                    self.unreserved_room(parent, ty)
-                } else {
-                    Ok(true)
-                };
-                let room = match room {
-                    Ok(room) => room,
-                    Err(e) => {
-                        self.close_intent(&uuid);
-                        return Err(e);
-                    }
-                };
-                if !room {
+                if second_look && !self.unreserved_room(parent, ty)? {
                     refusals.push(Refusal {
                         gpu: parent.clone(),
                         reason: self.why_full(parent, ty),
                     });
                     continue;
                 }
-                if self.offers_sriov_vgpu(parent) {
-                    // A MIG-backed type needs a free GPU instance of its profile: one is made
-                    // for it when none is (and destroyed with the device).
-                    let made_instance = match sriov_type_number(ty)
-                        .map(|n| self.instance_for_vgpu(parent, n, req.create_instance))
-                        .transpose()
-                    {
-                        Ok(made) => made.flatten(),
-                        Err(e) => {
-                            refusals.push(Refusal {
-                                gpu: parent.clone(),
-                                reason: e.to_string(),
-                            });
-                            continue;
+                let tried = if self.offers_sriov_vgpu(parent) {
+                    let tried = self.create_sriov_vgpu_on(parent, ty, &uuid, req);
+                    drop(held);
+                    tried?
+                } else {
+                    // The kernel's count says it once the create is done: the reservation
+                    // and the lock go then, and the turn once it succeeded.
+                    let attempt = self.try_create_on(parent, ty, &uuid, req)?;
+                    drop(reservation);
+                    drop(held);
+                    match attempt {
+                        Attempt::Created(dev) => {
+                            turn = None;
+                            Tried::Made(self.persist_mdev(parent, &uuid, dev, req)?)
                         }
-                    };
-                    let assigned = self.assign_vf(parent, ty, &Making::from_request(&uuid, req));
-                    match (&assigned, &made_instance) {
-                        (Ok(Outcome::Made(_)), Some(made)) => {
-                            self.record_instance_for(parent, made, &uuid);
-                            self.refresh_nvidia(parent, false);
-                        }
-                        (Ok(Outcome::Made(_)), None) => {
-                            if self
-                                .mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0))
-                                .is_some()
-                            {
-                                self.refresh_nvidia(parent, false);
-                            }
-                        }
-                        (_, Some(made)) => self.drop_instance(parent, made),
-                        (_, None) => {}
-                    }
-                    match assigned {
-                        Ok(Outcome::Made(info)) => {
-                            drop(held);
-                            drop(turn);
-                            self.close_intent(&uuid);
-                            claim.finish(Some(info.clone()));
-                            return Ok(info);
-                        }
-                        Ok(Outcome::Refused(reason)) => refusals.push(Refusal {
-                            gpu: parent.clone(),
-                            reason,
-                        }),
-                        Err(e) => {
-                            self.close_intent(&uuid);
-                            return Err(e);
-                        }
-                    }
-                    continue;
-                }
-                let attempt = match self.try_create_on(parent, ty, &uuid, req) {
-                    Ok(a) => a,
-                    Err(e) => {
-                        self.close_intent(&uuid);
-                        return Err(e);
+                        Attempt::Refused(reason) => Tried::Refused(reason),
                     }
                 };
-                // The kernel's count says it now.
-                drop(reservation);
-                drop(held);
-                match attempt {
-                    Attempt::Created(dev) => {
+                match tried {
+                    Tried::Made(info) => {
                         drop(turn);
-                        let mdev_parent = dev.parent.clone();
-                        let info = match self.persist_created(dev, req) {
-                            Ok(info) => info,
-                            Err(e) => {
-                                let gpu_lock = self.gpu_lock(parent);
-                                let _held = gpu_lock.as_ref().map(|l| lock(l));
-                                self.undo_create(&uuid);
-                                self.forget_persisted(&mdev_parent, &uuid);
-                                self.close_intent(&uuid);
-                                return Err(e);
-                            }
-                        };
-                        self.close_intent(&uuid);
+                        drop(intent);
                         claim.finish(Some(info.clone()));
                         return Ok(info);
                     }
-                    Attempt::Refused(reason) => refusals.push(Refusal {
+                    Tried::Refused(reason) => refusals.push(Refusal {
                         gpu: parent.clone(),
                         reason,
                     }),
@@ -261,10 +216,91 @@ impl Engine {
             second_look = true;
             pass = reserved_full;
         }
-        self.close_intent(&uuid);
+        drop(intent);
         Err(EngineError::NoCapacity {
             type_query: req.type_query.clone(),
             refusals,
+        })
+    }
+
+    /// The candidates from the first that has room now on (the ones before it are left out;
+    /// from it on, each is tried under its lock), or `NoCapacity` with every GPU's reason.
+    fn from_first_with_room<'c>(
+        &self,
+        candidates: &'c [(String, MdevType)],
+        req: &CreateRequest,
+    ) -> EngineResult<Vec<&'c (String, MdevType)>> {
+        let mut refusals = Vec::new();
+        for (i, candidate) in candidates.iter().enumerate() {
+            match self.room_for(&candidate.0, &candidate.1, req.create_instance)? {
+                None => return Ok(candidates[i..].iter().collect()),
+                Some(reason) => refusals.push(Refusal {
+                    gpu: candidate.0.clone(),
+                    reason,
+                }),
+            }
+        }
+        Err(EngineError::NoCapacity {
+            type_query: req.type_query.clone(),
+            refusals,
+        })
+    }
+
+    /// Gives a free VF of an SR-IOV GPU the vGPU type, under the GPU's lock (the caller's).
+    /// A MIG-backed type needs a free GPU instance of its profile: one is made for it when
+    /// none is (and destroyed with the device, or at once when the VF is refused).
+    fn create_sriov_vgpu_on(
+        &self,
+        parent: &str,
+        ty: &MdevType,
+        uuid: &str,
+        req: &CreateRequest,
+    ) -> EngineResult<Tried> {
+        let made_instance = match sriov_type_number(ty)
+            .map(|n| self.instance_for_vgpu(parent, n, req.create_instance))
+            .transpose()
+        {
+            Ok(made) => made.flatten(),
+            Err(e) => return Ok(Tried::Refused(e.to_string())),
+        };
+        let assigned = self.assign_vf(parent, ty, &Making::from_request(uuid, req));
+        match (&assigned, &made_instance) {
+            (Ok(Outcome::Made(_)), Some(made)) => {
+                self.record_instance_for(parent, made, uuid);
+                self.refresh_nvidia(parent, false);
+            }
+            (Ok(Outcome::Made(_)), None) => {
+                if self
+                    .mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0))
+                    .is_some()
+                {
+                    self.refresh_nvidia(parent, false);
+                }
+            }
+            (_, Some(made)) => self.drop_instance(parent, made),
+            (_, None) => {}
+        }
+        Ok(match assigned? {
+            Outcome::Made(info) => Tried::Made(info),
+            Outcome::Refused(reason) => Tried::Refused(reason),
+        })
+    }
+
+    /// Persists an mdev just made; when that fails the device is removed again (under its
+    /// GPU's lock) and its files forgotten, so nothing half-made stays.
+    fn persist_mdev(
+        &self,
+        parent: &str,
+        uuid: &str,
+        dev: MdevDevice,
+        req: &CreateRequest,
+    ) -> EngineResult<DeviceInfo> {
+        let mdev_parent = dev.parent.clone();
+        self.persist_created(dev, req).inspect_err(|_| {
+            let gpu_lock = self.gpu_lock(parent);
+            let _held = gpu_lock.as_ref().map(|l| lock(l));
+            self.undo_create(uuid);
+            self.forget_persisted(&mdev_parent, uuid);
         })
     }
 
@@ -403,9 +439,10 @@ impl Engine {
                 }
             )));
         }
+        let intent = self.intent_guard(&uuid);
         let result = self.assign_passthrough(address, req.force, &Making::from_request(&uuid, req));
         drop(held);
-        self.close_intent(&uuid);
+        drop(intent);
         let info = result?;
         claim.finish(Some(info.clone()));
         Ok(info)
@@ -624,16 +661,22 @@ impl Engine {
         let claim = self.claim(&uuid, false)?;
         let info = self.known(&uuid)?;
         if info.kind != DeviceKind::Mdev {
-            self.release_pci(&info, false)?;
+            let intent = self.intent_guard(&uuid);
+            if let Err(e) = self.release_pci(&info, false) {
+                // A release that failed half-way is finished by the next start's replay.
+                intent.keep_open();
+                return Err(e);
+            }
             if info.kind == DeviceKind::SriovVgpu {
                 self.release_instance_of(&info.parent, &uuid);
             }
             self.mark_stopped(&uuid, false);
             if let Err(e) = state::remove(&self.host, &uuid) {
                 // The intent stays open: the next start finishes the removal.
+                intent.keep_open();
                 return Err(EngineError::persist(format!("forgetting {uuid}"), e));
             }
-            self.close_intent(&uuid);
+            drop(intent);
             claim.finish(None);
             return Ok(DeviceInfo {
                 active: false,
@@ -642,7 +685,7 @@ impl Engine {
                 ..info
             });
         }
-        self.open_intent(
+        let intent = self.open_intent(
             &uuid,
             Operation::Remove {
                 parent: info.parent.clone(),
@@ -652,10 +695,7 @@ impl Engine {
         if active {
             let gpu_lock = self.gpu_lock(&info.parent);
             let _held = gpu_lock.as_ref().map(|l| lock(l));
-            if let Err(e) = self.write_remove(&uuid) {
-                self.close_intent(&uuid);
-                return Err(e);
-            }
+            self.write_remove(&uuid)?;
         }
         // Both files go in one commit of the journal.
         let undefine = persist::commit(
@@ -668,9 +708,10 @@ impl Engine {
         );
         if let Err(e) = undefine {
             // The intent stays open: the next start finishes the removal.
+            intent.keep_open();
             return Err(EngineError::persist(format!("undefining {uuid}"), e));
         }
-        self.close_intent(&uuid);
+        drop(intent);
         self.mark_stopped(&uuid, false);
         claim.finish(None);
         Ok(DeviceInfo {
@@ -732,7 +773,7 @@ impl Engine {
                 }],
             });
         }
-        self.open_intent(
+        let intent = self.open_intent(
             uuid,
             Operation::Start {
                 parent: info.parent.clone(),
@@ -747,7 +788,7 @@ impl Engine {
                     Err(e)
                 }
             });
-        self.close_intent(uuid);
+        drop(intent);
         let dev = result?;
         Ok(DeviceInfo {
             iommu_group: dev.iommu_group,
@@ -765,6 +806,8 @@ impl Engine {
                 info.parent, info.uuid
             ))
         })?;
+        // The steps record the intent; it closes on every way out, a refused VF included.
+        let intent = self.intent_guard(&info.uuid);
         let held = lock(&gpu_lock);
         let making = Making::from_info(info);
         let result = match info.kind {
@@ -796,7 +839,7 @@ impl Engine {
             }
         };
         drop(held);
-        self.close_intent(&info.uuid);
+        drop(intent);
         result
     }
 
@@ -826,7 +869,12 @@ impl Engine {
             return Ok(info);
         }
         if info.kind != DeviceKind::Mdev {
-            self.release_pci(&info, true)?;
+            let intent = self.intent_guard(&uuid);
+            if let Err(e) = self.release_pci(&info, true) {
+                // A release that failed half-way is finished by the next start's replay.
+                intent.keep_open();
+                return Err(e);
+            }
             if self.is_mig_backed(&info) {
                 self.refresh_nvidia(&info.parent, false);
             }
@@ -840,13 +888,17 @@ impl Engine {
                 ..info
             };
             let params = stopped.attributes.get(VGPU_PARAMS).cloned();
-            self.write_record(&stopped, params)?;
-            self.close_intent(&uuid);
+            if let Err(e) = self.write_record(&stopped, params) {
+                // The replay of the release writes the record.
+                intent.keep_open();
+                return Err(e);
+            }
+            drop(intent);
             self.mark_stopped(&uuid, true);
             claim.finish(Some(stopped.clone()));
             return Ok(stopped);
         }
-        self.open_intent(
+        let intent = self.open_intent(
             &uuid,
             Operation::Stop {
                 parent: info.parent.clone(),
@@ -856,7 +908,7 @@ impl Engine {
         let held = gpu_lock.as_ref().map(|l| lock(l));
         let result = self.write_remove(&uuid);
         drop(held);
-        self.close_intent(&uuid);
+        drop(intent);
         result?;
         let stopped = DeviceInfo {
             active: false,
@@ -915,7 +967,7 @@ impl Engine {
                 "device {uuid} is not active: dropping its definition would lose it; use RemoveDevice"
             )));
         }
-        self.open_intent(
+        let intent = self.open_intent(
             &uuid,
             Operation::Modify {
                 parent: info.parent.clone(),
@@ -923,11 +975,15 @@ impl Engine {
                 autostart,
             },
         )?;
-        let result = self.apply_persistence(&info, persistent, autostart);
-        if result.is_ok() {
-            self.close_intent(&uuid);
-        }
-        let updated = result?;
+        let updated = match self.apply_persistence(&info, persistent, autostart) {
+            Ok(updated) => updated,
+            Err(e) => {
+                // The replay at the next start applies the change.
+                intent.keep_open();
+                return Err(e);
+            }
+        };
+        drop(intent);
         claim.finish(Some(updated.clone()));
         Ok(updated)
     }

@@ -86,7 +86,8 @@ impl Engine {
         Ok(out)
     }
 
-    /// Gives a free VF of `pf` the type `ty`, with the GPU's lock held.
+    /// Gives a free VF of `pf` the type `ty`, with the GPU's lock held. The intent it records
+    /// is closed by the caller's guard ([`Engine::intent_guard`]).
     pub(super) fn assign_vf(
         &self,
         pf: &str,
@@ -149,7 +150,7 @@ impl Engine {
         }
         let params_first = heterogeneous && making.params.is_some();
         let created = making.existing.unwrap_or_else(persist::now_unix);
-        self.open_intent(
+        self.record_intent(
             making.uuid,
             Operation::Assign {
                 kind: state::DeviceKind::SriovVgpu,
@@ -382,7 +383,8 @@ impl Engine {
     }
 
     /// Moves a GPU (every non-bridge function of its IOMMU group) or a VF to vfio-pci, with
-    /// the GPU's lock held; refuses, naming the reason, what is unsafe or in use.
+    /// the GPU's lock held; refuses, naming the reason, what is unsafe or in use. The intent
+    /// it records is closed by the caller's guard ([`Engine::intent_guard`]).
     pub(super) fn assign_passthrough(
         &self,
         address: &str,
@@ -393,7 +395,7 @@ impl Engine {
         let moved = plan::moved_functions(&moving);
         let steps = plan::plan_bind_vfio(&moving);
         let created = making.existing.unwrap_or_else(persist::now_unix);
-        self.open_intent(
+        self.record_intent(
             making.uuid,
             Operation::Assign {
                 kind: state::DeviceKind::Passthrough,
@@ -641,6 +643,7 @@ impl Engine {
     /// Takes a PCI device back from its guest's side: clears the VF's type, or gives the
     /// functions back to their drivers. The caller holds the claim; the GPU's lock is taken
     /// here. A VF that shows another type now belongs to someone else and is left alone.
+    /// The intent it records is closed by the caller's guard ([`Engine::intent_guard`]).
     pub(super) fn release_pci(&self, info: &DeviceInfo, keep: bool) -> EngineResult<()> {
         let gpu_lock = self.gpu_lock(&info.parent);
         let _held = gpu_lock.as_ref().map(|l| lock(l));
@@ -648,7 +651,7 @@ impl Engine {
             return Ok(());
         }
         let address = info.address.clone().unwrap_or_default();
-        self.open_intent(
+        self.record_intent(
             &info.uuid,
             Operation::Release {
                 kind: info.kind.into(),

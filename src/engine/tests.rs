@@ -757,3 +757,25 @@ fn the_restore_makes_mig_layouts_after_the_vfs_and_before_the_vgpus() {
         ]
     );
 }
+
+#[test]
+fn an_intent_closes_when_its_guard_goes_unless_kept_open() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let open = || crate::persist::journal::of(e.host()).open_intents();
+    let op = || crate::persist::intent::Operation::Remove {
+        parent: "0000:3b:00.0".into(),
+    };
+    let closed = "11111111-2222-4333-8444-000000000001";
+    let kept = "11111111-2222-4333-8444-000000000002";
+    {
+        let _guard = e.open_intent(closed, op()).expect("open");
+        assert!(open().iter().any(|u| u == closed), "{:?}", open());
+        // An early return (a `?`) drops the guard like this scope's end.
+    }
+    assert!(!open().iter().any(|u| u == closed), "{:?}", open());
+    e.open_intent(kept, op()).expect("open").keep_open();
+    assert!(open().iter().any(|u| u == kept), "{:?}", open());
+    // A guard for an intent that a step recorded closes it too.
+    drop(e.intent_guard(kept));
+    assert!(!open().iter().any(|u| u == kept), "{:?}", open());
+}
