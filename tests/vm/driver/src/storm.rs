@@ -775,6 +775,13 @@ pub async fn section(w: &mut World, r: &mut Report) {
         median(&f.kernel_remove_per_device),
     );
     figure("ratio", mdevctl / vgpud);
+    // vgpud over the kernel's own create (the floor under every tool), and what a bus call
+    // alone costs over it: the targets are ≤ 2 (transient) and ≤ 3 (persistent); figures.
+    let kernel = median(&f.kernel_per_device);
+    let transient = median(&f.transient_per_device);
+    figure("vgpud_transient_over_kernel", transient / kernel);
+    figure("vgpud_persistent_over_kernel", vgpud / kernel);
+    figure("ping_over_kernel", median(&f.ping) / kernel);
     figure("ratio_sequential", mdevctl / seq);
     info(format!(
         "storm: medians of {ROUNDS} rounds of {room} persistent {TYPE} devices: vgpud {vgpud:.2} ms per device in a storm, {seq:.2} ms per call one after the other; mdevctl {mdevctl:.2} ms per device (define + start): {:.1} × (storm), {:.1} × (sequential) (target ≥ 15; a figure, not a check)",
