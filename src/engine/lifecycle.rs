@@ -121,7 +121,7 @@ impl Engine {
         };
         let claim = self.claim(&uuid, true)?;
         // A host with no room says so at once, without touching the disk.
-        let open = self.from_first_with_room(&candidates, req)?;
+        let open = self.candidates_with_room(&candidates, req)?;
         // The intent is made durable before the turn is taken, so the disk waits of
         // concurrent creates overlap (and the file system commits them together).
         let intent = self.open_intent(
@@ -225,7 +225,7 @@ impl Engine {
 
     /// The candidates from the first that has room now on (the ones before it are left out;
     /// from it on, each is tried under its lock), or `NoCapacity` with every GPU's reason.
-    fn from_first_with_room<'c>(
+    fn candidates_with_room<'c>(
         &self,
         candidates: &'c [(String, MdevType)],
         req: &CreateRequest,
