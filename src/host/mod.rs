@@ -3,8 +3,10 @@
 //!
 //! Reads go straight to the file system. Writes below `sys/` go through [`Host::write_attr`],
 //! the single place where the real host and the simulated one differ: on a real host the write
-//! reaches the kernel, on a simulated host ([`crate::simulate::Simulator`]) vgpud applies the
-//! kernel's and the driver's side effects itself.
+//! reaches the kernel, on a simulated host a [`SimulatedKernel`] (the `vgpud-sim` crate's
+//! simulator, see `simulated.rs`) applies the kernel's and the driver's side effects.
+
+mod simulated;
 
 use std::fmt;
 use std::fs;
@@ -12,7 +14,24 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::simulate::Simulator;
+/// The seam between vgpud and a simulated host: what the kernel and the drivers do there,
+/// each call given the host's root. Implemented for the `vgpud-sim` crate's simulator, which
+/// knows nothing of vgpud (so the trait lives here, its types are the standard library's and
+/// [`ToolOutput`], and the impl is vgpud's, in `simulated.rs`).
+pub trait SimulatedKernel: Send + Sync {
+    /// A write of `value` to `path` below `ROOT/sys`, with the kernel's side effects, or the
+    /// errno the kernel would return.
+    fn write(&self, root: &Path, path: &Path, value: &str) -> io::Result<()>;
+
+    /// Before a read of `path`: computes an attribute the driver computes when it is read.
+    fn before_read(&self, root: &Path, path: &Path) -> io::Result<()>;
+
+    /// What host tool `program` does when run with `args`, and what it prints.
+    fn run_tool(&self, root: &Path, program: &Path, args: &[&str]) -> io::Result<ToolOutput>;
+
+    /// Finishes an operation a killed process left half-done.
+    fn recover(&self, root: &Path) -> io::Result<()>;
+}
 
 /// An error of host access, naming the path and carrying the OS error.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +111,7 @@ impl ToolOutput {
 #[derive(Clone)]
 pub struct Host {
     root: PathBuf,
-    simulator: Option<Arc<Simulator>>,
+    simulator: Option<Arc<dyn SimulatedKernel>>,
 }
 
 impl fmt::Debug for Host {
@@ -113,11 +132,17 @@ impl Host {
         }
     }
 
-    /// A simulated host: writes below `sys/` get the kernel's side effects from the simulator.
+    /// A simulated host: writes below `sys/` get the kernel's side effects from the simulator
+    /// (`vgpud-sim`).
     pub fn simulated(root: impl Into<PathBuf>) -> Self {
+        Host::with_kernel(root, Arc::new(vgpud_sim::Simulator::new()))
+    }
+
+    /// A simulated host whose kernel and drivers `kernel` stands in for.
+    pub fn with_kernel(root: impl Into<PathBuf>, kernel: Arc<dyn SimulatedKernel>) -> Self {
         Host {
             root: root.into(),
-            simulator: Some(Arc::new(Simulator::new())),
+            simulator: Some(kernel),
         }
     }
 
@@ -131,7 +156,7 @@ impl Host {
     /// real host.
     pub fn recover_simulation(&self) -> io::Result<()> {
         match &self.simulator {
-            Some(sim) => sim.recover(self),
+            Some(sim) => sim.recover(&self.root),
             None => Ok(()),
         }
     }
@@ -168,10 +193,10 @@ impl Host {
 
     /// Reads a sysfs attribute and strips the trailing newline. On a simulated host, an
     /// attribute the real driver computes when it is read (a VF's
-    /// `nvidia/creatable_vgpu_types`) is computed first ([`Simulator::before_read`]).
+    /// `nvidia/creatable_vgpu_types`) is computed first ([`SimulatedKernel::before_read`]).
     pub fn read_attr(&self, path: &Path) -> HostResult<String> {
         if let Some(sim) = &self.simulator {
-            sim.before_read(self, path)
+            sim.before_read(&self.root, path)
                 .map_err(|source| HostError::Read {
                     path: path.to_path_buf(),
                     source,
@@ -254,7 +279,9 @@ impl Host {
     /// it reaches the kernel; on a simulated host the simulator applies the kernel's effects.
     pub fn write_attr(&self, path: &Path, value: &str) -> HostResult<()> {
         let result = match &self.simulator {
-            Some(sim) if path.starts_with(self.root.join("sys")) => sim.write(self, path, value),
+            Some(sim) if path.starts_with(self.root.join("sys")) => {
+                sim.write(&self.root, path, value)
+            }
             _ => write_kernel(path, value),
         };
         result.map_err(|source| HostError::Write {
@@ -277,7 +304,9 @@ impl Host {
         };
         fs::metadata(program).map_err(read_err)?;
         match &self.simulator {
-            Some(sim) => sim.run_tool(self, program, args).map_err(read_err),
+            Some(sim) => sim
+                .run_tool(&self.root, program, args)
+                .map_err(read_err),
             None => {
                 let out = std::process::Command::new(program)
                     .args(args)

@@ -62,7 +62,7 @@ use super::fsx::{self, errno};
 use super::journal::{Entry, Op};
 use super::kernel::{self, Roots};
 use super::rules::{self, Change, Vendor};
-use crate::catalog::{self, NvidiaTypeInfo};
+use vgpud_catalog::{self as catalog, NvidiaTypeInfo};
 
 /// The header line of `creatable_vgpu_types`.
 pub(crate) const HEADER: &str = "ID    : vGPU Name\n";
