@@ -38,7 +38,11 @@ fn the_console_follows_fbcon_when_its_gpus_driver_goes_and_comes_back() {
     let found = console(&host).expect("read");
     assert_eq!(found, None, "only the dummy console is bound");
     // Bound again, the primary display's framebuffer makes fbcon take the consoles over.
-    write(&host, "bus/pci/drivers/nvidia/bind", &format!("{CONSOLE}\n"));
+    write(
+        &host,
+        "bus/pci/drivers/nvidia/bind",
+        &format!("{CONSOLE}\n"),
+    );
     let found = console(&host).expect("read");
     assert_eq!(found.expect("console").function, CONSOLE);
 }
@@ -101,7 +105,10 @@ fn the_h200_profile_is_discovered_with_its_types() {
         .expect("read");
     let names: Vec<&str> = list.lines().skip(1).collect();
     assert_eq!(names.len(), 9, "{list}");
-    assert!(names.iter().all(|l| l.contains(" : NVIDIA H200X-")), "{list}");
+    assert!(
+        names.iter().all(|l| l.contains(" : NVIDIA H200X-")),
+        "{list}"
+    );
     // The H100 profile: one PF on NUMA node 0, its own groups.
     let (_dir, host) = simulated("nvidia-h100");
     let gpus = scan_gpus(&host).expect("scan");

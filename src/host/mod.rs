@@ -304,9 +304,7 @@ impl Host {
         };
         fs::metadata(program).map_err(read_err)?;
         match &self.simulator {
-            Some(sim) => sim
-                .run_tool(&self.root, program, args)
-                .map_err(read_err),
+            Some(sim) => sim.run_tool(&self.root, program, args).map_err(read_err),
             None => {
                 let out = std::process::Command::new(program)
                     .args(args)

@@ -588,8 +588,8 @@ fn nvidia_probe(roots: &Roots, dev: &Path) -> io::Result<()> {
 fn nvidia_remove(roots: &Roots, dev: &Path) -> io::Result<()> {
     for child in fsx::list(dev)? {
         // An mdev, or what is left of one whose removal was cut short.
-        let uuid_dir = kernel::guid_parse(&child).is_some_and(|u| u == child)
-            && dev.join(&child).is_dir();
+        let uuid_dir =
+            kernel::guid_parse(&child).is_some_and(|u| u == child) && dev.join(&child).is_dir();
         if uuid_dir || fsx::exists_nofollow(&dev.join(&child).join("mdev_type")) {
             kernel::teardown(roots, &Entry::device(Op::Remove, &child, dev))?;
         }

@@ -329,8 +329,7 @@ fn torn_journals_are_dropped_and_recovery_needs_no_tree() {
     assert!(!any_journal(&host));
     // And a root with nothing in it at all.
     let empty = tempfile::tempdir().expect("tempdir");
-    sim.recover(empty.path())
-        .expect("empty root");
+    sim.recover(empty.path()).expect("empty root");
 }
 
 #[test]

@@ -59,7 +59,11 @@ enum Mode {
 }
 
 /// `sriov-manage ARGS` on the simulated host.
-pub(crate) fn sriov_manage(sim: &Simulator, host: &SimHost, args: &[&str]) -> io::Result<ToolOutput> {
+pub(crate) fn sriov_manage(
+    sim: &Simulator,
+    host: &SimHost,
+    args: &[&str],
+) -> io::Result<ToolOutput> {
     let mut mode = None;
     let mut gpu = String::new();
     let mut it = args.iter();
@@ -254,8 +258,7 @@ impl Run<'_> {
         };
         Ok(self
             .host
-            .list_dir(&self.host.sys("bus/pci/devices"))
-            ?
+            .list_dir(&self.host.sys("bus/pci/devices"))?
             .into_iter()
             .filter(|b| b.starts_with(&prefix) && b != gpu)
             .collect())

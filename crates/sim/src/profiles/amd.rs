@@ -17,8 +17,8 @@
 use super::nvidia::write_sriov_pf;
 use super::platform::root_port;
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, MEM32, MEM64_PREF};
-use crate::VENDOR_AMD;
 use crate::kernel::Roots;
+use crate::VENDOR_AMD;
 use crate::{fsx, sriov, SimError};
 
 /// VFs GIM makes (`vf_num`).

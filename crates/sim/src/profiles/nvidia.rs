@@ -69,9 +69,9 @@ use super::tree::{
     write_mdev_parent, write_pci, write_root_complex, Bar, PciFn, Tree, TypeSpec, IO, MEM32,
     MEM64_PREF,
 };
-use vgpud_catalog as catalog;
-use crate::VENDOR_NVIDIA;
 use crate::SimError;
+use crate::VENDOR_NVIDIA;
+use vgpud_catalog as catalog;
 
 /// The NVIDIA mdev driver (`sys/bus/mdev/drivers/nvidia-vgpu-vfio`).
 const MDEV_DRIVER: &str = "nvidia-vgpu-vfio";
