@@ -3,7 +3,7 @@
 //! such trees (`vgpud sim-host`).
 //!
 //! A crate of its own, a test double that knows nothing of the daemon: vgpud reaches it
-//! through its host seam (`vgpud::host::SimulatedKernel`, whose four calls are
+//! through the seam its `Host` defines (the trait `SimulatedKernel`, whose four calls are
 //! [`Simulator`]'s), and it has its own root-path helper ([`SimHost`]), its own UUID parsing
 //! (the kernel's `guid_parse`) and PCI vendor ids, so a wrong rule of the daemon cannot be
 //! mirrored here. It shares only data with vgpud: the hardware tables (`vgpud-catalog`) and
