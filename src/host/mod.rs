@@ -380,6 +380,78 @@ mod tests {
         assert_eq!(shorten("abc"), "abc");
     }
 
+    /// A simulated kernel that records what reaches it.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Recorder {
+        fn note(&self, what: String) {
+            self.0.lock().expect("lock").push(what);
+        }
+    }
+
+    impl SimulatedKernel for Recorder {
+        fn write(&self, _root: &Path, path: &Path, value: &str) -> io::Result<()> {
+            self.note(format!("write {} {value}", path.display()));
+            Ok(())
+        }
+        fn before_read(&self, _root: &Path, path: &Path) -> io::Result<()> {
+            self.note(format!("read {}", path.display()));
+            Ok(())
+        }
+        fn run_tool(&self, _root: &Path, program: &Path, args: &[&str]) -> io::Result<ToolOutput> {
+            self.note(format!("run {} {}", program.display(), args.join(" ")));
+            Ok(ToolOutput {
+                status: 3,
+                ..ToolOutput::default()
+            })
+        }
+        fn recover(&self, root: &Path) -> io::Result<()> {
+            self.note(format!("recover {}", root.display()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_seam_gets_writes_below_sys_reads_and_tool_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        fs::create_dir_all(root.join("sys")).expect("sys");
+        fs::write(root.join("sys/attr"), "1\n").expect("attr");
+        fs::create_dir_all(root.join("etc")).expect("etc");
+        fs::write(root.join("etc/conf"), "").expect("conf");
+        fs::write(root.join("tool"), "").expect("tool");
+        let kernel = Arc::new(Recorder::default());
+        let h = Host::with_kernel(root, kernel.clone());
+        assert!(h.is_simulated());
+        h.write_attr(&root.join("sys/attr"), "2")
+            .expect("sys write");
+        h.write_attr(&root.join("etc/conf"), "x")
+            .expect("etc write");
+        assert_eq!(h.read_attr(&root.join("sys/attr")).expect("read"), "1");
+        assert_eq!(
+            h.run_tool(&root.join("tool"), &["-e"]).expect("run").status,
+            3
+        );
+        assert!(h.run_tool(&root.join("none"), &[]).is_err(), "no program");
+        h.recover_simulation().expect("recover");
+        let r = root.display();
+        assert_eq!(
+            *kernel.0.lock().expect("lock"),
+            [
+                format!("write {r}/sys/attr 2"),
+                format!("read {r}/sys/attr"),
+                format!("run {r}/tool -e"),
+                format!("recover {r}"),
+            ]
+        );
+        // Outside sys/ the write reached the file itself.
+        assert_eq!(
+            fs::read_to_string(root.join("etc/conf")).expect("conf"),
+            "x"
+        );
+    }
+
     #[test]
     fn real_writes_never_create_files() {
         let dir = tempfile::tempdir().expect("tempdir");
