@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::{Simulator, ToolOutput};
 
 /// A simulated tree at a root directory, written through the [`Simulator`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SimHost {
     root: PathBuf,
     sim: Simulator,
