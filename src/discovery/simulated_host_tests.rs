@@ -103,6 +103,7 @@ fn the_h200_profile_is_discovered_with_its_types() {
     let list = host
         .read_attr(&host.sys("bus/pci/devices/0000:49:00.4/nvidia/creatable_vgpu_types"))
         .expect("read");
+    assert_eq!(list.lines().next(), Some("ID    : vGPU Name"));
     let names: Vec<&str> = list.lines().skip(1).collect();
     assert_eq!(names.len(), 9, "{list}");
     assert!(
