@@ -178,7 +178,7 @@ fn reconcile(root: &Path, rounds: usize) {
         for dir in ["sys", "dev", "run"] {
             std::fs::remove_dir_all(root.join(dir)).expect("clear kernel state");
         }
-        vgpud::simulate::write_profile("large", root).expect("fresh tree");
+        vgpud_sim::write_profile("large", root).expect("fresh tree");
         let t = Instant::now();
         let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
         let report = engine.restore(Duration::from_secs(5));
@@ -216,7 +216,7 @@ fn main() {
     let dir = tempfile::tempdir_in(&base).expect("tempdir");
     println!("tree in {base}");
     let root = dir.path().join("host");
-    vgpud::simulate::write_profile("large", &root).expect("large profile");
+    vgpud_sim::write_profile("large", &root).expect("large profile");
     let host = Host::simulated(&root);
 
     println!("== scan of the simulated 'large' host (median of {rounds} scans)");

@@ -2,8 +2,8 @@
 //! guests, and serves them on the system bus as `org.vgpud1`.
 //!
 //! Layers, from the bottom up:
-//! - [`host`]: every access to the host, rooted at one path;
-//! - [`simulate`]: the kernel's side effects on a simulated host, and the simulated trees;
+//! - [`host`]: every access to the host, rooted at one path; on a simulated host, writes and
+//!   tool runs go through its seam ([`host::SimulatedKernel`]) to the `vgpud-sim` crate;
 //! - [`catalog`]: what vgpud knows about hardware that sysfs does not say;
 //! - [`config`]: the configuration file, `etc/vgpud/vgpud.toml`;
 //! - [`model`]: GPUs, types and devices;
@@ -34,5 +34,4 @@ pub mod metrics;
 pub mod model;
 pub mod persist;
 pub mod plan;
-pub mod simulate;
 pub mod xml;

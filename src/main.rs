@@ -246,7 +246,7 @@ fn main() -> ExitCode {
 
 fn sim_host(root: &std::path::Path, profiles: &[String], list: bool) -> ExitCode {
     if list || profiles.is_empty() {
-        for (name, about) in vgpud::simulate::profiles() {
+        for (name, about) in vgpud_sim::profiles() {
             println!("{name:<14} {about}");
         }
         return if list {
@@ -261,7 +261,7 @@ fn sim_host(root: &std::path::Path, profiles: &[String], list: bool) -> ExitCode
         return ExitCode::from(2);
     }
     for name in profiles {
-        if let Err(e) = vgpud::simulate::write_profile(name, root) {
+        if let Err(e) = vgpud_sim::write_profile(name, root) {
             eprintln!("vgpud sim-host: {e}");
             return ExitCode::FAILURE;
         }

@@ -1426,7 +1426,7 @@ fn profile_hash(profile: &str) -> u64 {
 fn run_case(profile: &str, seed: u64, steps: usize, test: &str) -> Result<usize, String> {
     let dir = case_dir();
     let root = dir.path().to_path_buf();
-    vgpud::simulate::write_profile(profile, &root).expect("profile");
+    vgpud_sim::write_profile(profile, &root).expect("profile");
     let engine = Engine::new(Host::simulated(&root)).expect("engine");
     let mut case = Case {
         root: root.clone(),

@@ -51,7 +51,7 @@ pub fn bench_host(profile: &str) -> BenchHost {
         std::fs::create_dir_all(disk.path().join(d)).expect("disk dir");
         std::os::unix::fs::symlink(disk.path().join(d), root.join(d)).expect("link");
     }
-    vgpud::simulate::write_profile(profile, &root).expect("profile");
+    vgpud_sim::write_profile(profile, &root).expect("profile");
     BenchHost {
         _mem: mem,
         _disk: disk,

@@ -30,7 +30,7 @@ pub fn replay(requests: &[trace::Request], policy: Option<Policy>, count: usize)
         _disk: tempfile::tempdir().expect("dir"),
         _mem: mem,
     };
-    vgpud::simulate::write_profile("large", &host.root).expect("profile");
+    vgpud_sim::write_profile("large", &host.root).expect("profile");
     keep_gpus(&host.root, count);
     let engine = Engine::new(Host::simulated(&host.root)).expect("engine");
     let gpus: Vec<String> = engine.list_gpus().into_iter().map(|g| g.address).collect();

@@ -684,7 +684,7 @@ mod tests {
     #[test]
     fn the_facts_are_read_from_the_host() {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("passthrough", dir.path()).expect("profile");
+        vgpud_sim::write_profile("passthrough", dir.path()).expect("profile");
         let host = Host::new(dir.path());
         let facts = read_facts(&host).expect("read");
         assert_eq!(facts.foreground, 1);

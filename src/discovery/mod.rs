@@ -487,14 +487,16 @@ fn read_attributes(host: &Host, dev_dir: &Path) -> HostResult<BTreeMap<String, S
 }
 
 #[cfg(test)]
+mod simulated_host_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate;
 
     fn host(profiles: &[&str]) -> (tempfile::TempDir, Host) {
         let dir = tempfile::tempdir().expect("tempdir");
         for p in profiles {
-            simulate::write_profile(p, dir.path()).expect("profile");
+            vgpud_sim::write_profile(p, dir.path()).expect("profile");
         }
         let host = Host::new(dir.path());
         (dir, host)

@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn functions_read_driver_group_and_bridges() {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("nvidia-turing", dir.path()).expect("profile");
+        vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");
         let host = Host::new(dir.path());
         let gpu = read_function(&host, "0000:3b:00.0")
             .expect("read")

@@ -224,7 +224,7 @@ mod tests {
     /// type: room for 24 / 12 = 2 on an empty GPU (hardware.md §1.3).
     fn turing() -> (tempfile::TempDir, Engine, String, MdevType) {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("nvidia-turing", dir.path()).expect("profile");
+        vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");
         let e = Engine::new(Host::simulated(dir.path())).expect("engine");
         let gpu = e
             .list_gpus()

@@ -923,13 +923,13 @@ mod tests {
         for d in ["sys", "dev", "run"] {
             let _ = std::fs::remove_dir_all(dir.join(d));
         }
-        crate::simulate::write_profile("mtty", dir).expect("profile");
+        vgpud_sim::write_profile("mtty", dir).expect("profile");
     }
 
     #[test]
     fn a_record_next_to_a_truncated_definition_survives_a_reboot() {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("mtty", dir.path()).expect("profile");
+        vgpud_sim::write_profile("mtty", dir.path()).expect("profile");
         let e = boot(dir.path());
         let kept = e
             .create_device(&CreateRequest {
@@ -996,7 +996,7 @@ mod tests {
     #[test]
     fn an_acknowledged_create_whose_device_a_power_cut_took_stays_defined() {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("mtty", dir.path()).expect("profile");
+        vgpud_sim::write_profile("mtty", dir.path()).expect("profile");
         let host = Host::simulated(dir.path());
         let e = boot(dir.path());
         let acked = e

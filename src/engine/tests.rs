@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::simulate;
 
 fn engine(profiles: &[&str]) -> (tempfile::TempDir, Arc<Engine>) {
     let dir = tempfile::tempdir().expect("tempdir");
     for p in profiles {
-        simulate::write_profile(p, dir.path()).expect("profile");
+        vgpud_sim::write_profile(p, dir.path()).expect("profile");
     }
     let engine = Engine::new(Host::simulated(dir.path())).expect("engine");
     (dir, Arc::new(engine))
@@ -378,7 +377,7 @@ mod replay {
 
     fn setup() -> (tempfile::TempDir, Host) {
         let dir = tempfile::tempdir().expect("tempdir");
-        simulate::write_profile("mtty", dir.path()).expect("profile");
+        vgpud_sim::write_profile("mtty", dir.path()).expect("profile");
         let host = Host::simulated(dir.path());
         (dir, host)
     }
@@ -691,7 +690,7 @@ fn an_autostart_device_whose_start_failed_on_a_gpu_that_appeared_is_tried_again(
     std::os::unix::fs::symlink(&target, &link).expect("the parent comes back");
     e.poll().expect("poll");
     assert!(!e.device(&dev.uuid).expect("known").active, "no room yet");
-    simulate::refresh_available(&parent).expect("capacity filled in");
+    vgpud_sim::refresh_available(&parent).expect("capacity filled in");
     e.poll().expect("poll");
     assert!(
         e.device(&dev.uuid).expect("known").active,

@@ -3,8 +3,10 @@
 //!
 //! Reads go straight to the file system. Writes below `sys/` go through [`Host::write_attr`],
 //! the single place where the real host and the simulated one differ: on a real host the write
-//! reaches the kernel, on a simulated host ([`crate::simulate::Simulator`]) vgpud applies the
-//! kernel's and the driver's side effects itself.
+//! reaches the kernel, on a simulated host a [`SimulatedKernel`] (the `vgpud-sim` crate's
+//! simulator, see `simulated.rs`) applies the kernel's and the driver's side effects.
+
+mod simulated;
 
 use std::fmt;
 use std::fs;
@@ -12,7 +14,24 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::simulate::Simulator;
+/// The seam between vgpud and a simulated host: what the kernel and the drivers do there,
+/// each call given the host's root. Implemented for the `vgpud-sim` crate's simulator, which
+/// knows nothing of vgpud (so the trait lives here, its types are the standard library's and
+/// [`ToolOutput`], and the impl is vgpud's, in `simulated.rs`).
+pub trait SimulatedKernel: Send + Sync {
+    /// A write of `value` to `path` below `ROOT/sys`, with the kernel's side effects, or the
+    /// errno the kernel would return.
+    fn write(&self, root: &Path, path: &Path, value: &str) -> io::Result<()>;
+
+    /// Before a read of `path`: computes an attribute the driver computes when it is read.
+    fn before_read(&self, root: &Path, path: &Path) -> io::Result<()>;
+
+    /// What host tool `program` does when run with `args`, and what it prints.
+    fn run_tool(&self, root: &Path, program: &Path, args: &[&str]) -> io::Result<ToolOutput>;
+
+    /// Finishes an operation a killed process left half-done.
+    fn recover(&self, root: &Path) -> io::Result<()>;
+}
 
 /// An error of host access, naming the path and carrying the OS error.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +111,7 @@ impl ToolOutput {
 #[derive(Clone)]
 pub struct Host {
     root: PathBuf,
-    simulator: Option<Arc<Simulator>>,
+    simulator: Option<Arc<dyn SimulatedKernel>>,
 }
 
 impl fmt::Debug for Host {
@@ -113,11 +132,17 @@ impl Host {
         }
     }
 
-    /// A simulated host: writes below `sys/` get the kernel's side effects from the simulator.
+    /// A simulated host: writes below `sys/` get the kernel's side effects from the simulator
+    /// (`vgpud-sim`).
     pub fn simulated(root: impl Into<PathBuf>) -> Self {
+        Host::with_kernel(root, Arc::new(vgpud_sim::Simulator::new()))
+    }
+
+    /// A simulated host whose kernel and drivers `kernel` stands in for.
+    pub fn with_kernel(root: impl Into<PathBuf>, kernel: Arc<dyn SimulatedKernel>) -> Self {
         Host {
             root: root.into(),
-            simulator: Some(Arc::new(Simulator::new())),
+            simulator: Some(kernel),
         }
     }
 
@@ -131,7 +156,7 @@ impl Host {
     /// real host.
     pub fn recover_simulation(&self) -> io::Result<()> {
         match &self.simulator {
-            Some(sim) => sim.recover(self),
+            Some(sim) => sim.recover(&self.root),
             None => Ok(()),
         }
     }
@@ -168,10 +193,10 @@ impl Host {
 
     /// Reads a sysfs attribute and strips the trailing newline. On a simulated host, an
     /// attribute the real driver computes when it is read (a VF's
-    /// `nvidia/creatable_vgpu_types`) is computed first ([`Simulator::before_read`]).
+    /// `nvidia/creatable_vgpu_types`) is computed first ([`SimulatedKernel::before_read`]).
     pub fn read_attr(&self, path: &Path) -> HostResult<String> {
         if let Some(sim) = &self.simulator {
-            sim.before_read(self, path)
+            sim.before_read(&self.root, path)
                 .map_err(|source| HostError::Read {
                     path: path.to_path_buf(),
                     source,
@@ -254,7 +279,9 @@ impl Host {
     /// it reaches the kernel; on a simulated host the simulator applies the kernel's effects.
     pub fn write_attr(&self, path: &Path, value: &str) -> HostResult<()> {
         let result = match &self.simulator {
-            Some(sim) if path.starts_with(self.root.join("sys")) => sim.write(self, path, value),
+            Some(sim) if path.starts_with(self.root.join("sys")) => {
+                sim.write(&self.root, path, value)
+            }
             _ => write_kernel(path, value),
         };
         result.map_err(|source| HostError::Write {
@@ -277,7 +304,7 @@ impl Host {
         };
         fs::metadata(program).map_err(read_err)?;
         match &self.simulator {
-            Some(sim) => sim.run_tool(self, program, args).map_err(read_err),
+            Some(sim) => sim.run_tool(&self.root, program, args).map_err(read_err),
             None => {
                 let out = std::process::Command::new(program)
                     .args(args)
@@ -351,6 +378,78 @@ mod tests {
         let s = "a".repeat(1000);
         assert!(shorten(&s).len() < 100);
         assert_eq!(shorten("abc"), "abc");
+    }
+
+    /// A simulated kernel that records what reaches it.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Recorder {
+        fn note(&self, what: String) {
+            self.0.lock().expect("lock").push(what);
+        }
+    }
+
+    impl SimulatedKernel for Recorder {
+        fn write(&self, _root: &Path, path: &Path, value: &str) -> io::Result<()> {
+            self.note(format!("write {} {value}", path.display()));
+            Ok(())
+        }
+        fn before_read(&self, _root: &Path, path: &Path) -> io::Result<()> {
+            self.note(format!("read {}", path.display()));
+            Ok(())
+        }
+        fn run_tool(&self, _root: &Path, program: &Path, args: &[&str]) -> io::Result<ToolOutput> {
+            self.note(format!("run {} {}", program.display(), args.join(" ")));
+            Ok(ToolOutput {
+                status: 3,
+                ..ToolOutput::default()
+            })
+        }
+        fn recover(&self, root: &Path) -> io::Result<()> {
+            self.note(format!("recover {}", root.display()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_seam_gets_writes_below_sys_reads_and_tool_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        fs::create_dir_all(root.join("sys")).expect("sys");
+        fs::write(root.join("sys/attr"), "1\n").expect("attr");
+        fs::create_dir_all(root.join("etc")).expect("etc");
+        fs::write(root.join("etc/conf"), "").expect("conf");
+        fs::write(root.join("tool"), "").expect("tool");
+        let kernel = Arc::new(Recorder::default());
+        let h = Host::with_kernel(root, kernel.clone());
+        assert!(h.is_simulated());
+        h.write_attr(&root.join("sys/attr"), "2")
+            .expect("sys write");
+        h.write_attr(&root.join("etc/conf"), "x")
+            .expect("etc write");
+        assert_eq!(h.read_attr(&root.join("sys/attr")).expect("read"), "1");
+        assert_eq!(
+            h.run_tool(&root.join("tool"), &["-e"]).expect("run").status,
+            3
+        );
+        assert!(h.run_tool(&root.join("none"), &[]).is_err(), "no program");
+        h.recover_simulation().expect("recover");
+        let r = root.display();
+        assert_eq!(
+            *kernel.0.lock().expect("lock"),
+            [
+                format!("write {r}/sys/attr 2"),
+                format!("read {r}/sys/attr"),
+                format!("run {r}/tool -e"),
+                format!("recover {r}"),
+            ]
+        );
+        // Outside sys/ the write reached the file itself.
+        assert_eq!(
+            fs::read_to_string(root.join("etc/conf")).expect("conf"),
+            "x"
+        );
     }
 
     #[test]

@@ -466,7 +466,7 @@ mod tests {
         let mut total = (0, 0, 0);
         for round in 0..rounds {
             let dir = tempfile::tempdir().expect("tempdir");
-            crate::simulate::write_profile("nvidia-turing", dir.path()).expect("profile");
+            vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");
             let host = Host::simulated(dir.path());
             let cut = PowerCut::install(&host, Duration::from_micros(500));
             let engine = Arc::new(Engine::new(host.clone()).expect("engine"));
@@ -481,7 +481,7 @@ mod tests {
             for d in ["sys", "dev", "run"] {
                 fs::remove_dir_all(dir.path().join(d)).expect("the kernel's state gone");
             }
-            crate::simulate::write_profile("nvidia-turing", dir.path()).expect("boot");
+            vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("boot");
             let syncs = cut.groups().len();
             eprintln!(
                 "round {round}: power cut at seam call {at}{}, {} creates and {} removes acknowledged ({} removes cut), {syncs} journal syncs",

@@ -75,7 +75,7 @@ impl FakeHost {
         let lock = HOST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let library = fake_library();
         let root = tempfile::tempdir().expect("temporary directory");
-        vgpud::simulate::write_profile(profile, root.path())
+        vgpud_sim::write_profile(profile, root.path())
             .unwrap_or_else(|e| panic!("simulated host {profile}: {e}"));
         // Only tests holding HOST_LOCK read or change this variable.
         std::env::set_var(ROOT_ENV, root.path());

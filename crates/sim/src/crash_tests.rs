@@ -50,12 +50,12 @@ fn assert_tree(
     panic!("{what}: the tree differs\n{}", diff.join("\n"));
 }
 
-fn journal(host: &Host) -> PathBuf {
+fn journal(host: &SimHost) -> PathBuf {
     host.root().join(STATE_DIR).join(JOURNAL_FILE)
 }
 
 /// Whether a journal is there: the tree's, or a parent's (`journal.<parent>`).
-fn any_journal(host: &Host) -> bool {
+fn any_journal(host: &SimHost) -> bool {
     journal(host).exists()
         || !super::journal::parent_journals(&host.root().join(STATE_DIR))
             .expect("list")
@@ -85,7 +85,7 @@ fn mdpy_parent_without_driver(root: &Path) -> String {
 /// recovers each time and checks the tree is exactly as before the create; then checks the
 /// same for a recovery killed part-way (and recovered again) at every step, for a few of the
 /// torn creates. Returns how many torn trees were seen.
-fn torn_creates_are_undone(host: &Host, parent: &str, type_id: &str) -> usize {
+fn torn_creates_are_undone(host: &SimHost, parent: &str, type_id: &str) -> usize {
     let sim = Simulator::new();
     let root = host.root().to_path_buf();
     let before = snapshot(&root);
@@ -105,14 +105,14 @@ fn torn_creates_are_undone(host: &Host, parent: &str, type_id: &str) -> usize {
         if k % 7 == 3 {
             // The recovery itself is killed at every step, then run again.
             for j in 0.. {
-                let (died, result) = killed_after(j, || sim.recover(host));
+                let (died, result) = killed_after(j, || sim.recover(host.root()));
                 if !died {
                     result.expect("recover");
                     break;
                 }
             }
         } else {
-            sim.recover(host).expect("recover");
+            sim.recover(host.root()).expect("recover");
         }
         assert_tree(
             &snapshot(&root),
@@ -128,7 +128,7 @@ fn torn_creates_are_undone(host: &Host, parent: &str, type_id: &str) -> usize {
 
 /// Kills a remove of a device of `type_id` on `parent` after every possible number of file
 /// operations, recovers, and checks the tree is exactly as after a remove that ran through.
-fn torn_removes_are_completed(host: &Host, parent: &str, type_id: &str) -> usize {
+fn torn_removes_are_completed(host: &SimHost, parent: &str, type_id: &str) -> usize {
     let sim = Simulator::new();
     let root = host.root().to_path_buf();
     create(host, parent, type_id, U1).expect("create");
@@ -159,14 +159,14 @@ fn torn_removes_are_completed(host: &Host, parent: &str, type_id: &str) -> usize
         }
         if k % 5 == 2 {
             for j in 0.. {
-                let (died, result) = killed_after(j, || sim.recover(host));
+                let (died, result) = killed_after(j, || sim.recover(host.root()));
                 if !died {
                     result.expect("recover");
                     break;
                 }
             }
         } else {
-            sim.recover(host).expect("recover");
+            sim.recover(host.root()).expect("recover");
         }
         assert_tree(
             &snapshot(&root),
@@ -180,7 +180,7 @@ fn torn_removes_are_completed(host: &Host, parent: &str, type_id: &str) -> usize
 }
 
 /// Torn creates and removes of each type on its parent, each torn at every step.
-fn torn_operations_are_finished(host: &Host, cases: &[(&str, &str)]) {
+fn torn_operations_are_finished(host: &SimHost, cases: &[(&str, &str)]) {
     for (parent, type_id) in cases {
         let torn = torn_creates_are_undone(host, parent, type_id);
         assert!(torn >= 15, "{type_id}: only {torn} torn creates");
@@ -223,7 +223,7 @@ fn an_undone_create_takes_away_the_directories_it_made() {
     write_profile("mtty", dir.path()).expect("profile");
     let mdpy = mdpy_parent_without_driver(dir.path());
     fs::remove_dir_all(dir.path().join("sys/bus/mdev/devices")).expect("rm");
-    let host = Host::simulated(dir.path());
+    let host = SimHost::new(dir.path());
     let sim = Simulator::new();
     let before = snapshot(dir.path());
     for k in 0.. {
@@ -232,7 +232,7 @@ fn an_undone_create_takes_away_the_directories_it_made() {
             result.expect("create");
             break;
         }
-        sim.recover(&host).expect("recover");
+        sim.recover(host.root()).expect("recover");
         assert_tree(
             &snapshot(dir.path()),
             &before,
@@ -289,7 +289,7 @@ fn killed_plain_writes_keep_a_whole_value() {
             result.expect("write");
             break;
         }
-        sim.recover(&host).expect("recover");
+        sim.recover(host.root()).expect("recover");
         // Whole, and nothing left behind: the old value or the new one.
         let now = snapshot(dir.path());
         if now == old {
@@ -312,7 +312,7 @@ fn torn_journals_are_dropped_and_recovery_needs_no_tree() {
     let (dir, host) = host("nvidia-turing");
     let before = snapshot(dir.path());
     let sim = Simulator::new();
-    sim.recover(&host).expect("nothing to do");
+    sim.recover(host.root()).expect("nothing to do");
     assert_tree(&snapshot(dir.path()), &before, "");
     // A journal cut short while being written: no side effect had started.
     fs::write(
@@ -320,25 +320,24 @@ fn torn_journals_are_dropped_and_recovery_needs_no_tree() {
         format!("vgpud-simulator journal 1\nop=create\npid=1\nuuid={U1}\n"),
     )
     .expect("write");
-    sim.recover(&host).expect("recover");
+    sim.recover(host.root()).expect("recover");
     assert_tree(&snapshot(dir.path()), &before, "");
     // A journal that survived its tree (sys gone) is dropped.
     fs::write(journal(&host), "vgpud-simulator journal 1\nop=create\n").expect("write");
     fs::remove_dir_all(dir.path().join("sys")).expect("rm sys");
-    sim.recover(&host).expect("recover without sys");
+    sim.recover(host.root()).expect("recover without sys");
     assert!(!any_journal(&host));
     // And a root with nothing in it at all.
     let empty = tempfile::tempdir().expect("tempdir");
-    sim.recover(&Host::simulated(empty.path()))
-        .expect("empty root");
+    sim.recover(empty.path()).expect("empty root");
 }
 
 #[test]
 fn simulators_of_different_hosts_on_one_tree_serialize() {
     let (dir, _host) = host("nvidia-turing");
     let root = dir.path().to_path_buf();
-    // Each thread has its own Host and so its own Simulator.
-    let created = super::tests::race_4q_creates(6, 3, || Arc::new(Host::simulated(&root)));
+    // Each thread has its own SimHost and so its own Simulator.
+    let created = super::tests::race_4q_creates(6, 3, || Arc::new(SimHost::new(&root)));
     assert_eq!(created, 6);
 }
 
@@ -355,7 +354,7 @@ fn spawn_child(root: &Path, mode: &str, tag: u32) -> std::process::Child {
     Command::new(exe)
         .args([
             "--exact",
-            "simulate::crash_tests::child_writer",
+            "crash_tests::child_writer",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
@@ -404,7 +403,7 @@ fn child_writer() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(0);
-    let host = Host::simulated(&root);
+    let host = SimHost::new(&root);
     match mode.as_str() {
         "fill" => {
             println!("{MARK}ready");
@@ -487,7 +486,7 @@ fn two_processes_writing_one_tree_never_overcommit() {
 
 /// Checks a tree where no write is in flight: every device is whole and published everywhere,
 /// nothing half-made is left, no temporary file, and every count agrees with the rules.
-fn assert_consistent(host: &Host) {
+fn assert_consistent(host: &SimHost) {
     let root = host.root();
     assert!(!any_journal(host));
     let devices = host.list_dir(&host.sys("bus/mdev/devices")).expect("list");
@@ -531,7 +530,7 @@ fn assert_consistent(host: &Host) {
             "temporary file {}",
             path.display()
         );
-        if crate::model::normalize_uuid(&name).is_some() {
+        if crate::kernel::guid_parse(&name).is_some() {
             assert!(devices.contains(&name), "{} is left over", path.display());
         }
         // dev/vfio holds the group nodes, and the directory of the device cdevs.
@@ -576,7 +575,7 @@ fn processes_killed_with_sigkill_leave_no_torn_device() {
         if any_journal(&host) {
             journals += 1;
         }
-        sim.recover(&host).expect("recover");
+        sim.recover(host.root()).expect("recover");
         assert_consistent(&host);
     }
     assert!(journals > 0, "no kill landed inside a write");

@@ -32,8 +32,8 @@
 
 use super::platform;
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, IO, MEM32, MEM64};
-use crate::model::VENDOR_INTEL;
-use crate::simulate::{fbdev, SimError};
+use crate::VENDOR_INTEL;
+use crate::{fbdev, SimError};
 
 /// qemu's vendor ids: the std VGA and edu (0x1234), Red Hat's bridges (0x1b36), and the
 /// subsystem ids qemu gives its devices by default (1af4:1100).

@@ -5,7 +5,7 @@
 //! share 24 ports.
 
 use super::tree::{write_mdev_parent, Tree, TypeSpec};
-use crate::simulate::SimError;
+use crate::SimError;
 
 /// Writes `mtty`.
 pub(super) fn write(tree: &Tree) -> Result<(), SimError> {

@@ -20,7 +20,7 @@
 //!   (hardware.md §2.2, §6.6 item 4). Time-sliced types are never listed.
 //!
 //! Every VF's list is recomputed after every change, like `available_instances`, and also when
-//! a list is read through [`crate::host::Host::read_attr`] (`Simulator::before_read`): GPU
+//! a list is read through vgpud's `Host::read_attr` (`Simulator::before_read`): GPU
 //! instances and modes change through NVML, another process or thread, with no sysfs write, and
 //! the real driver prints the list when it is read. That recomputes the lists of the read VF's
 //! GPU only, and only when the driver's state differs from the one they were computed from
@@ -62,7 +62,7 @@ use super::fsx::{self, errno};
 use super::journal::{Entry, Op};
 use super::kernel::{self, Roots};
 use super::rules::{self, Change, Vendor};
-use crate::catalog::{self, NvidiaTypeInfo};
+use vgpud_catalog::{self as catalog, NvidiaTypeInfo};
 
 /// The header line of `creatable_vgpu_types`.
 pub(crate) const HEADER: &str = "ID    : vGPU Name\n";

@@ -19,7 +19,7 @@
 //! The NIC's functions carry the interfaces ixgbe registers (`net/eth<N>`).
 
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, IO, MEM64_PREF};
-use crate::simulate::SimError;
+use crate::SimError;
 
 /// Intel's PCI vendor id.
 const INTEL: u16 = 0x8086;
@@ -129,7 +129,7 @@ pub(super) fn netdev(tree: &Tree, rel: &str) -> Result<(), SimError> {
     if has {
         return Ok(());
     }
-    crate::simulate::binding::netdev_register(&tree.path("sys"), &tree.path(rel))
+    crate::binding::netdev_register(&tree.path("sys"), &tree.path(rel))
         .map(|_| ())
         .map_err(|source| SimError::Io {
             path: tree.path(rel),

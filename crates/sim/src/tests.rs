@@ -18,10 +18,10 @@ pub(super) const MTTY: &str = "sys/devices/virtual/mtty/mtty";
 pub(super) const U1: &str = "11111111-2222-4333-8444-555555555555";
 pub(super) const U2: &str = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
 
-pub(super) fn host(profile: &str) -> (tempfile::TempDir, Host) {
+pub(super) fn host(profile: &str) -> (tempfile::TempDir, SimHost) {
     let dir = tempfile::tempdir().expect("tempdir");
     write_profile(profile, dir.path()).expect("profile");
-    let host = Host::simulated(dir.path());
+    let host = SimHost::new(dir.path());
     (dir, host)
 }
 
@@ -57,7 +57,7 @@ pub(super) fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-pub(super) fn type_path(host: &Host, parent: &str, type_id: &str, file: &str) -> PathBuf {
+pub(super) fn type_path(host: &SimHost, parent: &str, type_id: &str, file: &str) -> PathBuf {
     host.root()
         .join(parent)
         .join("mdev_supported_types")
@@ -66,21 +66,21 @@ pub(super) fn type_path(host: &Host, parent: &str, type_id: &str, file: &str) ->
 }
 
 pub(super) fn create(
-    host: &Host,
+    host: &SimHost,
     parent: &str,
     type_id: &str,
     uuid: &str,
 ) -> Result<(), Option<i32>> {
     host.write_attr(&type_path(host, parent, type_id, "create"), uuid)
-        .map_err(|e| e.errno())
+        .map_err(|e| e.raw_os_error())
 }
 
-pub(super) fn remove(host: &Host, uuid: &str) -> Result<(), Option<i32>> {
+pub(super) fn remove(host: &SimHost, uuid: &str) -> Result<(), Option<i32>> {
     host.write_attr(&host.sys(&format!("bus/mdev/devices/{uuid}/remove")), "1\n")
-        .map_err(|e| e.errno())
+        .map_err(|e| e.raw_os_error())
 }
 
-pub(super) fn avail(host: &Host, parent: &str, type_id: &str) -> u32 {
+pub(super) fn avail(host: &SimHost, parent: &str, type_id: &str) -> u32 {
     let s = fs::read_to_string(type_path(host, parent, type_id, "available_instances"))
         .expect("available_instances");
     assert!(s.ends_with('\n'), "{s:?} has no newline");
@@ -162,7 +162,7 @@ fn a_created_device_is_laid_out_like_the_kernel_does() {
     let moved = tempfile::tempdir().expect("tempdir");
     let new_root = moved.path().join("moved");
     fs::rename(dir.path(), &new_root).expect("rename");
-    let host = Host::simulated(&new_root);
+    let host = SimHost::new(&new_root);
     remove(&host, U1).expect("remove after move");
     assert!(!new_root.join(GPU1).join(U1).exists());
     fs::rename(&new_root, dir.path()).expect("rename back");
@@ -349,12 +349,12 @@ fn remove_parses_like_kstrtoul() {
     let err = host
         .write_attr(&remove_file, "yes")
         .expect_err("not a number");
-    assert_eq!(err.errno(), Some(Errno::EINVAL as i32));
+    assert_eq!(err.raw_os_error(), Some(Errno::EINVAL as i32));
     assert_eq!(avail(&host, GPU0, "nvidia-256"), 23);
     host.write_attr(&remove_file, "1\n").expect("remove");
     assert!(!host.sys(&format!("bus/mdev/devices/{U1}")).exists());
     let err = host.write_attr(&remove_file, "1").expect_err("gone");
-    assert!(err.is_not_found());
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     assert_eq!(avail(&host, GPU0, "nvidia-256"), 24);
 }
 
@@ -374,20 +374,20 @@ fn plain_attributes_are_stored_and_never_created() {
 
     let missing = host.sys("bus/mdev/devices/nope");
     let err = host.write_attr(&missing, "1").expect_err("missing");
-    assert!(err.is_not_found());
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     assert!(!missing.exists());
     let err = host
         .write_attr(&dir.path().join(GPU0).join("nvidia/vgpu_params"), "x")
         .expect_err("missing dir");
-    assert!(err.is_not_found());
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
 
     let ro = type_path(&host, GPU0, "nvidia-256", "available_instances");
     let err = host.write_attr(&ro, "99").expect_err("read-only");
-    assert_eq!(err.errno(), Some(Errno::EACCES as i32));
+    assert_eq!(err.raw_os_error(), Some(Errno::EACCES as i32));
     let err = host
         .write_attr(&type_path(&host, GPU0, "nvidia-256", "devices"), "1")
         .expect_err("directory");
-    assert_eq!(err.errno(), Some(Errno::EISDIR as i32));
+    assert_eq!(err.raw_os_error(), Some(Errno::EISDIR as i32));
 }
 
 /// `threads` threads each try `per_thread` RTX6000-4Q creates on [`GPU0`], each with the
@@ -395,7 +395,7 @@ fn plain_attributes_are_stored_and_never_created() {
 pub(super) fn race_4q_creates(
     threads: u32,
     per_thread: u32,
-    host_for_thread: impl Fn() -> Arc<Host>,
+    host_for_thread: impl Fn() -> Arc<SimHost>,
 ) -> u32 {
     let workers: Vec<_> = (0..threads)
         .map(|t| {
@@ -453,7 +453,7 @@ fn concurrent_creates_never_exceed_max_instance() {
 }
 
 /// Every mdev parent of a tree and the `available_instances` of its types.
-pub(super) fn all_available(host: &Host) -> BTreeMap<(String, String), String> {
+pub(super) fn all_available(host: &SimHost) -> BTreeMap<(String, String), String> {
     let mut out = BTreeMap::new();
     for parent in host.list_dir(&host.sys("class/mdev_bus")).expect("list") {
         let dir = host
@@ -712,7 +712,7 @@ fn unknown_vendors_count_down_and_up() {
         fs::write(td.join("available_instances"), "2\n").expect("write");
         fs::write(td.join("create"), "").expect("write");
     }
-    let host = Host::simulated(dir.path());
+    let host = SimHost::new(dir.path());
     let p = format!("{}", parent.display());
     create(&host, &p, "mdpy-vga", U1).expect("create");
     assert_eq!(
@@ -752,7 +752,7 @@ fn profiles_compose_and_rewrite_idempotently() {
     let started = std::time::Instant::now();
     write_profile("large", dir.path()).expect("large");
     assert!(started.elapsed().as_secs() < 30);
-    let host = Host::simulated(dir.path());
+    let host = SimHost::new(dir.path());
     let parents = host.list_dir(&host.sys("class/mdev_bus")).expect("list");
     assert_eq!(parents.len(), 20);
     // Writing a profile over a tree with devices keeps them and their accounting.

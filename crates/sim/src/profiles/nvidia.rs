@@ -69,9 +69,9 @@ use super::tree::{
     write_mdev_parent, write_pci, write_root_complex, Bar, PciFn, Tree, TypeSpec, IO, MEM32,
     MEM64_PREF,
 };
-use crate::catalog;
-use crate::model::VENDOR_NVIDIA;
-use crate::simulate::SimError;
+use crate::SimError;
+use crate::VENDOR_NVIDIA;
+use vgpud_catalog as catalog;
 
 /// The NVIDIA mdev driver (`sys/bus/mdev/drivers/nvidia-vgpu-vfio`).
 const MDEV_DRIVER: &str = "nvidia-vgpu-vfio";
@@ -226,7 +226,7 @@ pub(super) fn large(tree: &Tree) -> Result<(), SimError> {
 /// `usr/lib/nvidia/sriov-manage`: vgpud's simulator carries the tool out itself.
 const SRIOV_MANAGE_STANDIN: &str = "#!/bin/sh
 # vgpud simulated host: a stand-in for NVIDIA's sriov-manage. vgpud --simulate carries out
-# what the real tool does itself (src/simulate/tool.rs); running this file does nothing.
+# what the real tool does itself (crates/sim/src/tool.rs); running this file does nothing.
 echo \"sriov-manage: vgpud's simulated stand-in; run through vgpud --simulate\" >&2
 exit 1
 ";
@@ -235,7 +235,7 @@ exit 1
 /// simulator).
 const NVIDIA_SMI_STANDIN: &str = "#!/bin/sh
 # vgpud simulated host: a stand-in for nvidia-smi. vgpud --simulate carries out
-# `nvidia-smi vgpu -i <gpu> -shm <0|1>` itself (src/simulate/tool.rs); running this file does nothing.
+# `nvidia-smi vgpu -i <gpu> -shm <0|1>` itself (crates/sim/src/tool.rs); running this file does nothing.
 echo \"nvidia-smi: vgpud's simulated stand-in; run through vgpud --simulate\" >&2
 exit 1
 ";

@@ -17,9 +17,9 @@
 use super::nvidia::write_sriov_pf;
 use super::platform::root_port;
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, MEM32, MEM64_PREF};
-use crate::model::VENDOR_AMD;
-use crate::simulate::kernel::Roots;
-use crate::simulate::{fsx, sriov, SimError};
+use crate::kernel::Roots;
+use crate::VENDOR_AMD;
+use crate::{fsx, sriov, SimError};
 
 /// VFs GIM makes (`vf_num`).
 const VFS: u32 = 8;

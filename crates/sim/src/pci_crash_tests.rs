@@ -22,18 +22,18 @@ fn killed_after<T>(k: usize, op: impl FnOnce() -> T) -> (bool, T) {
 }
 
 /// Recovers, itself killed at every step first when `torture` is set.
-fn recover(host: &Host, torture: bool) {
+fn recover(host: &SimHost, torture: bool) {
     let sim = Simulator::new();
     if torture {
         for j in 0.. {
-            let (died, result) = killed_after(j, || sim.recover(host));
+            let (died, result) = killed_after(j, || sim.recover(host.root()));
             if !died {
                 result.expect("recover");
                 break;
             }
         }
     } else {
-        sim.recover(host).expect("recover");
+        sim.recover(host.root()).expect("recover");
     }
 }
 
@@ -43,7 +43,7 @@ fn recover(host: &Host, torture: bool) {
 /// completed operation. Ends with the operation done (the tree at `after`); returns the number
 /// of torn trees seen.
 fn torn_everywhere(
-    host: &Host,
+    host: &SimHost,
     what: &str,
     op: &dyn Fn() -> Result<(), Option<i32>>,
     completes: bool,

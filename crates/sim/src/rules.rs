@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 
 use super::fsx;
-use crate::catalog;
+use vgpud_catalog as catalog;
 
 /// The mdev driver family that owns a parent, which decides its capacity rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ pub(crate) fn types(parent: &Path) -> io::Result<Vec<TypeState>> {
         return Ok(out);
     }
     for child in fsx::list_dirs(parent)? {
-        if crate::model::normalize_uuid(&child).is_none() {
+        if crate::kernel::guid_parse(&child).is_none() {
             continue;
         }
         let Some(type_id) = fsx::link_basename(&parent.join(&child).join("mdev_type")) else {

@@ -2,6 +2,13 @@
 //! itself on a tree laid out like real sysfs (`vgpud --simulate`), and the profiles that write
 //! such trees (`vgpud sim-host`).
 //!
+//! A crate of its own, a test double that knows nothing of the daemon: vgpud reaches it
+//! through the seam its `Host` defines (the trait `SimulatedKernel`, whose four calls are
+//! [`Simulator`]'s), and it has its own root-path helper ([`SimHost`]), its own UUID parsing
+//! (the kernel's `guid_parse`) and PCI vendor ids, so a wrong rule of the daemon cannot be
+//! mirrored here. It shares only data with vgpud: the hardware tables (`vgpud-catalog`) and
+//! the simulated NVIDIA driver's state (`vgpud-sim-driver`).
+//!
 //! The simulator keeps no state: every decision is derived from the tree, so it works on any
 //! tree with the real layout (a profile, a copy of a real host's sysfs, a tree another process
 //! changed). The only thing kept between writes is the text of static attribute files (a type's
@@ -79,6 +86,7 @@
 mod binding;
 mod fbdev;
 mod fsx;
+mod host;
 mod journal;
 mod kernel;
 mod profiles;
@@ -91,10 +99,16 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::host::Host;
-
+pub use host::SimHost;
 pub use profiles::{profile_names, profiles, write_profile};
 pub use rules::refresh_available;
+pub use tool::ToolOutput;
+
+/// PCI vendor ids (the PCI-SIG's assignments) the profiles write and the simulated drivers
+/// match: the simulator's own, not the daemon's.
+pub(crate) const VENDOR_NVIDIA: u16 = 0x10de;
+pub(crate) const VENDOR_AMD: u16 = 0x1002;
+pub(crate) const VENDOR_INTEL: u16 = 0x8086;
 
 /// An error writing a simulated tree, naming the path.
 #[derive(Debug, thiserror::Error)]
@@ -150,8 +164,7 @@ impl Simulator {
     /// Performs a write to `path` as the kernel would, with its side effects, or fails with
     /// the errno the kernel would return. Takes the tree's lock and first finishes an
     /// operation a killed writer left half-done (see [`Simulator::recover`]).
-    pub fn write(&self, host: &Host, path: &Path, value: &str) -> io::Result<()> {
-        let root = host.root();
+    pub fn write(&self, root: &Path, path: &Path, value: &str) -> io::Result<()> {
         if let Some(done) = write_mdev_shared(root, path, value)? {
             return done;
         }
@@ -179,18 +192,14 @@ impl Simulator {
     /// writes (each one atomic, through [`Simulator::write`]), and returns what the tool would
     /// print and its exit status. Known tools: NVIDIA's `sriov-manage` (by basename; see
     /// `tool.rs`); others are an `Unsupported` error.
-    pub fn run_tool(
-        &self,
-        host: &Host,
-        program: &Path,
-        args: &[&str],
-    ) -> io::Result<crate::host::ToolOutput> {
+    pub fn run_tool(&self, root: &Path, program: &Path, args: &[&str]) -> io::Result<ToolOutput> {
+        let host = SimHost::new(root);
         match program.file_name().and_then(|n| n.to_str()) {
-            Some("sriov-manage") => tool::sriov_manage(self, host, args),
+            Some("sriov-manage") => tool::sriov_manage(self, &host, args),
             Some("nvidia-smi") => {
                 // The driver's state changes: serialized with every other simulated write.
-                let _guard = lock_tree(host.root())?;
-                tool::nvidia_smi(host, args)
+                let _guard = lock_tree(root)?;
+                tool::nvidia_smi(&host, args)
             }
             _ => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -204,11 +213,10 @@ impl Simulator {
     /// (the real driver computes the list when it is read; GPU instances change through NVML
     /// with no sysfs write). Other paths: nothing. Takes the tree's lock (then, inside it, the
     /// simulated driver's) and finishes an interrupted write first.
-    pub fn before_read(&self, host: &Host, path: &Path) -> io::Result<()> {
+    pub fn before_read(&self, root: &Path, path: &Path) -> io::Result<()> {
         if !path.ends_with("nvidia/creatable_vgpu_types") {
             return Ok(());
         }
-        let root = host.root();
         let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
         recover_locked(root)?;
         let file = match fs::canonicalize(path) {
@@ -226,8 +234,7 @@ impl Simulator {
     /// value whole; then the parent's `available_instances` are recomputed and the journal is
     /// deleted. Does nothing when no write was interrupted. Every [`Simulator::write`] does
     /// this first; a daemon calls it once at start, before it reads the tree.
-    pub fn recover(&self, host: &Host) -> io::Result<()> {
-        let root = host.root();
+    pub fn recover(&self, root: &Path) -> io::Result<()> {
         let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
         recover_locked(root)
     }

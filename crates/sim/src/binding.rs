@@ -67,7 +67,7 @@ use super::journal::{Entry, Op};
 use super::kernel::{self, Roots};
 use super::profiles::tree::{write_mdev_parent, Tree};
 use super::{fbdev, sriov, vgpu, SimError};
-use crate::catalog::{self, NvidiaScheme};
+use vgpud_catalog::{self as catalog, NvidiaScheme};
 
 /// Loaded drivers are tried in this order; see the module doc.
 const PROBE_ORDER: &[&str] = &[
@@ -588,8 +588,8 @@ fn nvidia_probe(roots: &Roots, dev: &Path) -> io::Result<()> {
 fn nvidia_remove(roots: &Roots, dev: &Path) -> io::Result<()> {
     for child in fsx::list(dev)? {
         // An mdev, or what is left of one whose removal was cut short.
-        let uuid_dir = crate::model::normalize_uuid(&child).is_some_and(|u| u == child)
-            && dev.join(&child).is_dir();
+        let uuid_dir =
+            kernel::guid_parse(&child).is_some_and(|u| u == child) && dev.join(&child).is_dir();
         if uuid_dir || fsx::exists_nofollow(&dev.join(&child).join("mdev_type")) {
             kernel::teardown(roots, &Entry::device(Op::Remove, &child, dev))?;
         }

@@ -7,9 +7,9 @@
 use super::tree::{
     write_mdev_parent, write_pci, Bar, PciFn, Tree, TypeSpec, IO, MEM64, MEM64_PREF,
 };
-use crate::catalog::GVTG_TYPES;
-use crate::model::VENDOR_INTEL;
-use crate::simulate::SimError;
+use crate::SimError;
+use crate::VENDOR_INTEL;
+use vgpud_catalog::GVTG_TYPES;
 
 /// Aperture size of the simulated iGPU, MiB.
 const APERTURE_MIB: u64 = 256;

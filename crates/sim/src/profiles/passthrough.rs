@@ -29,8 +29,8 @@
 
 use super::platform::root_port;
 use super::tree::{write_pci, write_root_complex, Bar, PciFn, Tree, IO, MEM32, MEM64_PREF};
-use crate::model::{VENDOR_INTEL, VENDOR_NVIDIA};
-use crate::simulate::{fbdev, SimError};
+use crate::{fbdev, SimError};
+use crate::{VENDOR_INTEL, VENDOR_NVIDIA};
 
 /// An RTX A4000 at `path`, in `group`, with its audio function; returns the GPU's path.
 fn a4000(tree: &Tree, path: &str, group: u32, boot_vga: bool) -> Result<String, SimError> {

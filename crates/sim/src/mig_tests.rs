@@ -12,11 +12,9 @@ use super::fsx::crash;
 use super::pci_tests::{dev, sriov_manage, vfs_of, write};
 use super::tests::{e, host};
 use super::*;
-use crate::model::SharingMode;
 
 const H200_0: &str = "0000:49:00.0";
 const H200_1: &str = "0000:c9:00.0";
-const H100: &str = "0000:51:00.0";
 const H200_DEVICE: u16 = 0x2335;
 /// GI profile ids of the H200 (hardware.md §3.2: as H100's).
 const GI_1G_18GB: u32 = 19;
@@ -27,9 +25,9 @@ const T_1_18C: u32 = 1414;
 const T_2_35C: u32 = 1416;
 const T_4C: u32 = 1420;
 
-/// `creatable_vgpu_types` of a VF read as vgpud reads it (through [`Host::read_attr`], so the
+/// `creatable_vgpu_types` of a VF read as vgpud reads it (through [`SimHost::read_attr`], so the
 /// simulator computes it first): the ids listed.
-fn listed(host: &Host, vf: &str) -> Vec<u32> {
+fn listed(host: &SimHost, vf: &str) -> Vec<u32> {
     let text = host
         .read_attr(&dev(host, vf).join("nvidia/creatable_vgpu_types"))
         .expect("read");
@@ -44,7 +42,7 @@ fn listed(host: &Host, vf: &str) -> Vec<u32> {
         .collect()
 }
 
-fn set_type(host: &Host, vf: &str, value: &str) -> Result<(), Option<i32>> {
+fn set_type(host: &SimHost, vf: &str, value: &str) -> Result<(), Option<i32>> {
     write(
         host,
         &format!("bus/pci/devices/{vf}/nvidia/current_vgpu_type"),
@@ -52,83 +50,29 @@ fn set_type(host: &Host, vf: &str, value: &str) -> Result<(), Option<i32>> {
     )
 }
 
-fn state(host: &Host, pf: &str) -> GpuState {
+fn state(host: &SimHost, pf: &str) -> GpuState {
     driver::load(host.root(), pf).expect("load")
 }
 
-fn update<T>(host: &Host, pf: &str, f: impl FnOnce(&mut GpuState) -> T) -> T {
+fn update<T>(host: &SimHost, pf: &str, f: impl FnOnce(&mut GpuState) -> T) -> T {
     driver::update(host.root(), pf, f).expect("update")
 }
 
-fn mig_on(host: &Host, pf: &str) {
+fn mig_on(host: &SimHost, pf: &str) {
     let m = update(host, pf, |s| s.set_mig_mode(H200_DEVICE, true, false)).expect("MIG on");
     assert!(m.current, "Hopper: at once");
 }
 
-fn create_gi(host: &Host, pf: &str, profile: u32) -> u32 {
+fn create_gi(host: &SimHost, pf: &str, profile: u32) -> u32 {
     update(host, pf, |s| {
         s.create_gpu_instance(H200_DEVICE, profile, None)
     })
     .expect("GI")
 }
 
-fn nvidia_smi(host: &Host, args: &[&str]) -> crate::host::ToolOutput {
+fn nvidia_smi(host: &SimHost, args: &[&str]) -> ToolOutput {
     host.run_tool(&host.root().join("usr/bin/nvidia-smi"), args)
         .expect("run")
-}
-
-#[test]
-fn the_h200_profile_is_discovered_with_its_types() {
-    let (_dir, host) = host("nvidia-h200");
-    let gpus = crate::discovery::scan_gpus(&host).expect("scan");
-    let h200: Vec<_> = gpus
-        .iter()
-        .map(|(g, _)| g)
-        .filter(|g| g.device_id == H200_DEVICE)
-        .collect();
-    assert_eq!(h200.len(), 2);
-    for (g, addr, numa) in [(h200[0], H200_0, 0), (h200[1], H200_1, 1)] {
-        assert_eq!(g.address, addr);
-        assert_eq!(g.model, "H200 SXM 141GB");
-        assert_eq!(g.numa_node, Some(numa));
-        assert_eq!(g.driver, "nvidia");
-        // VFs off: every type of the board, none available yet.
-        assert_eq!(g.types.len(), 16, "{:?}", g.types);
-        assert!(g.types.iter().all(|t| t.available_instances == 0));
-        let sriov = g.sriov.as_ref().expect("SR-IOV");
-        assert_eq!((sriov.total_vfs, sriov.num_vfs), (32, 0));
-    }
-    assert_eq!(sriov_manage(&host, &["-e", H200_0]).status, 0);
-    let gpus = crate::discovery::scan_gpus(&host).expect("scan");
-    let g = &gpus
-        .iter()
-        .find(|(g, _)| g.address == H200_0)
-        .expect("H200")
-        .0;
-    assert!(g.sharing_modes.contains(&SharingMode::SriovVgpu));
-    let avail = |id: u32| {
-        g.types
-            .iter()
-            .find(|t| t.id == format!("nvidia-{id}"))
-            .map(|t| t.available_instances)
-    };
-    // MIG off: the time-sliced types, each capped by its maximum; the MIG-backed ones none.
-    assert_eq!(avail(T_4C), Some(32));
-    assert_eq!(avail(1428), Some(1), "H200X-141C");
-    assert_eq!(avail(1422), Some(16), "H200X-8C");
-    assert_eq!(avail(T_1_18C), Some(0));
-    assert_eq!(listed(&host, &vfs_of("49")[0]).len(), 9);
-    // The H100 profile: one PF on NUMA node 0, its own groups.
-    let (_dir, host) = super::tests::host("nvidia-h100");
-    let gpus = crate::discovery::scan_gpus(&host).expect("scan");
-    let g = &gpus
-        .iter()
-        .find(|(g, _)| g.address == H100)
-        .expect("H100")
-        .0;
-    assert_eq!((g.model.as_str(), g.numa_node), ("H100 PCIe", Some(0)));
-    assert_eq!(g.types.len(), 15);
-    assert_eq!(g.iommu_group, Some(89));
 }
 
 #[test]
@@ -326,7 +270,7 @@ fn a_killed_mig_backed_set_gives_its_gpu_instance_back() {
             break;
         }
         killed += 1;
-        sim.recover(&host).expect("recover");
+        sim.recover(host.root()).expect("recover");
         // Undone: no type, no assignment, the GI free for every VF.
         assert_eq!(
             fs::read_to_string(dev(&host, vf).join("nvidia/current_vgpu_type")).expect("type"),
@@ -348,7 +292,7 @@ fn a_killed_mig_backed_set_gives_its_gpu_instance_back() {
             result.expect("the release with nobody killed");
             break;
         }
-        sim.recover(&host).expect("recover");
+        sim.recover(host.root()).expect("recover");
         let now =
             fs::read_to_string(dev(&host, vf).join("nvidia/current_vgpu_type")).expect("type");
         if now == "0\n" {

@@ -30,8 +30,18 @@
 use std::io;
 
 use super::binding::{hex_attr, ids};
-use super::Simulator;
-use crate::host::{Host, ToolOutput};
+use super::{SimHost, Simulator};
+
+/// How a simulated host tool exited and what it printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// Exit status.
+    pub status: i32,
+    /// What it printed on standard output.
+    pub stdout: String,
+    /// What it printed on standard error.
+    pub stderr: String,
+}
 
 const USAGE: &str = "Usage:
     /usr/lib/nvidia/sriov-manage <-e|-d> <ssss:bb:dd.f|ALL>
@@ -49,7 +59,11 @@ enum Mode {
 }
 
 /// `sriov-manage ARGS` on the simulated host.
-pub(crate) fn sriov_manage(sim: &Simulator, host: &Host, args: &[&str]) -> io::Result<ToolOutput> {
+pub(crate) fn sriov_manage(
+    sim: &Simulator,
+    host: &SimHost,
+    args: &[&str],
+) -> io::Result<ToolOutput> {
     let mut mode = None;
     let mut gpu = String::new();
     let mut it = args.iter();
@@ -113,9 +127,9 @@ fn usage(status: i32) -> ToolOutput {
 }
 
 /// `lspci -Dd 10de: -s 0.0 -n | awk '$2 ~ /030[02]/'`.
-fn all_gpus(host: &Host) -> io::Result<Vec<String>> {
+fn all_gpus(host: &SimHost) -> io::Result<Vec<String>> {
     let mut out = Vec::new();
-    for bdf in host.list_dir(&host.sys("bus/pci/devices")).map_err(io_of)? {
+    for bdf in host.list_dir(&host.sys("bus/pci/devices"))? {
         let dir = host.sys(&format!("bus/pci/devices/{bdf}"));
         let (v, _, class) = ids(&dir);
         if v == 0x10de && bdf.ends_with(":00.0") && matches!(class >> 8, 0x0300 | 0x0302) {
@@ -125,16 +139,8 @@ fn all_gpus(host: &Host) -> io::Result<Vec<String>> {
     Ok(out)
 }
 
-fn io_of(e: crate::host::HostError) -> io::Error {
-    match e {
-        crate::host::HostError::Read { source, .. }
-        | crate::host::HostError::Write { source, .. } => source,
-        other => io::Error::other(other.to_string()),
-    }
-}
-
 /// `lspci -D -d 10de: -s GPU`: the full address of an NVIDIA function, if there is one.
-fn sanitize(host: &Host, gpu: &str) -> Option<String> {
+fn sanitize(host: &SimHost, gpu: &str) -> Option<String> {
     let gpu = gpu.to_ascii_lowercase();
     let full = match gpu.matches(':').count() {
         2 => gpu,
@@ -148,7 +154,7 @@ fn sanitize(host: &Host, gpu: &str) -> Option<String> {
 /// One run of the script for one GPU.
 struct Run<'a> {
     sim: &'a Simulator,
-    host: &'a Host,
+    host: &'a SimHost,
     out: ToolOutput,
 }
 
@@ -161,7 +167,7 @@ impl Run<'_> {
 
     fn try_echo(&self, rel: &str, value: &str) -> io::Result<()> {
         self.sim
-            .write(self.host, &self.host.sys(rel), &format!("{value}\n"))
+            .write(self.host.root(), &self.host.sys(rel), &format!("{value}\n"))
     }
 
     fn fail(&mut self, rel: &str, value: &str, e: &io::Error) {
@@ -252,8 +258,7 @@ impl Run<'_> {
         };
         Ok(self
             .host
-            .list_dir(&self.host.sys("bus/pci/devices"))
-            .map_err(io_of)?
+            .list_dir(&self.host.sys("bus/pci/devices"))?
             .into_iter()
             .filter(|b| b.starts_with(&prefix) && b != gpu)
             .collect())
@@ -313,7 +318,7 @@ impl Run<'_> {
 /// framework or have none enabled, or whose MIG mode is on (the driver's refusal), and exiting
 /// 3 while any VF has a vGPU (an assumption: NVIDIA documents that the mode is set before any
 /// vGPU is made). Other arguments: exit 2.
-pub(crate) fn nvidia_smi(host: &Host, args: &[&str]) -> io::Result<ToolOutput> {
+pub(crate) fn nvidia_smi(host: &SimHost, args: &[&str]) -> io::Result<ToolOutput> {
     let bad = |status: i32, message: String| ToolOutput {
         status,
         stderr: message,
@@ -407,7 +412,7 @@ fn strerror(e: &io::Error) -> String {
     }
 }
 
-fn run_one(sim: &Simulator, host: &Host, mode: Mode, gpu: &str) -> io::Result<ToolOutput> {
+fn run_one(sim: &Simulator, host: &SimHost, mode: Mode, gpu: &str) -> io::Result<ToolOutput> {
     let mut run = Run {
         sim,
         host,

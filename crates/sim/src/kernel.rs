@@ -12,7 +12,6 @@ use super::fsx::{self, errno};
 use super::journal::{self, Entry, Op, Pending};
 use super::rules::{self, Change, Rules, Vendor};
 use super::{binding, vgpu};
-use crate::model::normalize_uuid;
 
 /// In the simulator's state directory, a file whose presence makes creates succeed beyond
 /// the type's capacity (a lenient kernel, for tests of the daemon's own accounting).
@@ -184,8 +183,8 @@ pub(crate) fn journaled(
     }
 }
 
-/// The test option that turns off the capacity refusal of creates (see the module doc of
-/// `simulate`): [`LENIENT_FILE`] exists in the simulator's state directory.
+/// The test option that turns off the capacity refusal of creates (see the crate doc):
+/// [`LENIENT_FILE`] exists in the simulator's state directory.
 fn lenient(roots: &Roots) -> bool {
     roots.state.join(LENIENT_FILE).exists()
 }
@@ -208,7 +207,7 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
         return Err(errno(Errno::EINVAL));
     }
     let text = std::str::from_utf8(&bytes[..UUID_STRING_LEN]).map_err(|_| errno(Errno::EINVAL))?;
-    let uuid = normalize_uuid(text).ok_or_else(|| errno(Errno::EINVAL))?;
+    let uuid = guid_parse(text).ok_or_else(|| errno(Errno::EINVAL))?;
 
     let type_id = name_of(type_dir)?;
     let parent = type_dir
@@ -573,6 +572,28 @@ pub(crate) fn kstrtoul(s: &str) -> io::Result<u64> {
     u64::from_str_radix(digits, radix).map_err(|_| errno(Errno::ERANGE))
 }
 
+/// The kernel's `guid_parse` (lib/uuid.c) and the `%pUl` mdev_core names the device with:
+/// the 16 bytes of an `8-4-4-4-12` text of hex digits, printed back in lowercase; `None`
+/// for any other text.
+pub(crate) fn guid_parse(text: &str) -> Option<String> {
+    /// Where each byte's two hex digits sit in the text (lib/uuid.c's `si`).
+    const SI: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    let t = text.as_bytes();
+    if t.len() != 36 || [8, 13, 18, 23].iter().any(|&i| t[i] != b'-') {
+        return None;
+    }
+    let hex = |i: usize| char::from(t[i]).to_digit(16);
+    let mut name = String::with_capacity(36);
+    for (k, &i) in SI.iter().enumerate() {
+        let byte = (hex(i)? << 4) | hex(i + 1)?;
+        if matches!(k, 4 | 6 | 8 | 10) {
+            name.push('-');
+        }
+        name.push_str(&format!("{byte:02x}"));
+    }
+    Some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,6 +615,27 @@ mod tests {
         assert_eq!(err("-1"), Some(libc_einval()));
         assert_eq!(err("09"), Some(libc_einval()));
         assert_eq!(err("99999999999999999999999"), Some(Errno::ERANGE as i32));
+    }
+
+    #[test]
+    fn guid_parse_takes_what_the_kernel_takes() {
+        let u = "11111111-2222-4333-8444-555555555555";
+        assert_eq!(guid_parse(u).as_deref(), Some(u));
+        assert_eq!(
+            guid_parse("AAAAAAAA-bbbb-4CCC-8ddd-EEEEEEEEEEEE").as_deref(),
+            Some("aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee")
+        );
+        for bad in [
+            "",
+            "11111111-2222-4333-8444-55555555555",
+            "11111111-2222-4333-8444-5555555555555",
+            "11111111+2222-4333-8444-555555555555",
+            "1111111g-2222-4333-8444-555555555555",
+            "+1111111-2222-4333-8444-555555555555",
+            "111111111222204333084440555555555555",
+        ] {
+            assert_eq!(guid_parse(bad), None, "{bad:?}");
+        }
     }
 
     fn libc_einval() -> i32 {

@@ -5,9 +5,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::simulate::fsx;
-use crate::simulate::rules::{self, Change, Vendor};
-use crate::simulate::SimError;
+use crate::fsx;
+use crate::rules::{self, Change, Vendor};
+use crate::SimError;
 
 /// A tree being written, rooted at a canonical path.
 pub(crate) struct Tree {
