@@ -164,6 +164,14 @@ pub fn hourly_requests(
     out
 }
 
+/// The model of `type_id` fitted on every complete hour the record keeps before `now_unix_s`;
+/// its `model.predict(now_unix_s / 3600)` is the forecast of the hour under way.
+pub fn fit_type(record: &Record, type_id: &str, now_unix_s: u64) -> Fitted {
+    let now_hour = now_unix_s / 3600;
+    let first = now_hour.saturating_sub(super::record::KEEP_S / 3600);
+    fit(&hourly_requests(record, type_id, first, now_hour))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
