@@ -112,6 +112,64 @@ async fn requests_outcomes_and_releases_are_counted_per_type_and_kept_across_a_r
     );
     assert!(!text.contains("no-such-type"), "{text}");
 
+    // vgpuctl shows the same, by the type's name, and the forecast.
+    let vgpuctl = |args: &[&str]| {
+        let out = std::process::Command::new(common::vgpuctl::bin())
+            .args(["--address", bus.address.as_str()])
+            .args(args)
+            .env("TZ", "UTC")
+            .output()
+            .expect("vgpuctl");
+        assert!(out.status.success(), "vgpuctl {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let table = vgpuctl(&["demand", "RTX6000-4Q", "--hours", "2", "--step", "120"]);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header
+            .split_whitespace()
+            .eq(["TIME", "REQUESTS", "WARM", "COLD", "REFUSED", "RELEASED"]),
+        "{table}"
+    );
+    let sums = table.lines().skip(1).fold([0u32; 5], |mut sum, l| {
+        let cells: Vec<&str> = l.split_whitespace().collect();
+        for (s, c) in sum.iter_mut().zip(&cells[cells.len() - 5..]) {
+            *s += c.parse::<u32>().expect("a count");
+        }
+        sum
+    });
+    assert_eq!(sums, [capacity + 1, 0, capacity, 1, 1], "{table}");
+    let rows: serde_json::Value = serde_json::from_str(&vgpuctl(&[
+        "--json", "demand", &type_id, "--hours", "2", "--step", "5",
+    ]))
+    .expect("JSON");
+    let requests: u64 = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["requests"].as_u64().expect("requests"))
+        .sum();
+    assert_eq!(requests, u64::from(capacity) + 1);
+    let forecast = vgpuctl(&["demand", "--forecast", "RTX6000-4Q", "--hours", "3"]);
+    let lines: Vec<&str> = forecast.lines().collect();
+    assert_eq!(lines.len(), 5, "a header, 3 hours, the error: {forecast}");
+    assert!(
+        lines[0].split_whitespace().eq(["HOUR", "FORECAST"]),
+        "{forecast}"
+    );
+    for l in &lines[1..4] {
+        let f = l
+            .split_whitespace()
+            .last()
+            .and_then(|f| f.parse::<f64>().ok());
+        assert!(f.is_some_and(|f| f >= 0.0), "{forecast}");
+    }
+    // The requests came in the hour under way, which the forecast has not seen complete.
+    assert!(
+        lines[4].starts_with("last week: no requests to compare"),
+        "{forecast}"
+    );
+
     // A clean stop writes the record; the next vgpud reads it.
     daemon.stop();
     std::fs::remove_file(&prom).expect("rm textfile");

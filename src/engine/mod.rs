@@ -14,6 +14,7 @@
 //! is in vgpud's own records ([`crate::persist::state`]).
 
 mod admission;
+pub mod demand_queries;
 mod error;
 pub mod events;
 mod lifecycle;
