@@ -11,6 +11,7 @@
 //! - [`persist`]: mdevctl definitions, vgpud's own records and the intent journal on disk;
 //! - [`plan`]: multi-step host changes (driver binding, VF counts) as planned lists of steps;
 //! - [`engine`]: the core: inventory, placement, create and remove, no D-Bus in it;
+//! - [`demand`]: what is asked for per type, in 5-minute buckets, and its forecast;
 //! - [`xml`]: libvirt XML rendered from templates;
 //! - [`libvirt`]: attach and detach through libvirt, behind a trait with a test double;
 //! - [`dbus`]: the thin `org.vgpud1` adapter over the engine;
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod config;
 pub mod daemon;
 pub mod dbus;
+pub mod demand;
 pub mod discovery;
 pub mod engine;
 pub mod gpu_control;

@@ -33,6 +33,8 @@ const ARGUMENTS: &[(&str, &str, usize)] = &[
     ("CreateDevice", "type", NAME),
     ("GetCapacity", "type", NAME),
     ("GetTypeInfo", "type", NAME),
+    ("GetDemand", "type", NAME),
+    ("GetForecast", "type", NAME),
     ("AttachDevice", "domain", NAME),
     ("DetachDevice", "domain", NAME),
     ("RenderDomain", "name", NAME),
@@ -72,6 +74,8 @@ async fn call(s: &Setup, method: &str, what: &str, value: &str) -> zbus::Result<
         ("CreateDevice", _) => m.create_device(arg, o()).await.map(drop),
         ("GetCapacity", _) => m.get_capacity(arg, o()).await.map(drop),
         ("GetTypeInfo", _) => m.get_type_info(arg, o()).await.map(drop),
+        ("GetDemand", _) => m.get_demand(arg, o()).await.map(drop),
+        ("GetForecast", _) => m.get_forecast(arg, o()).await.map(drop),
         ("AttachDevice", _) => m.attach_device(DEV, value, none()).await,
         ("DetachDevice", _) => m.detach_device(DEV, value, none()).await,
         ("RenderDomain", _) => {

@@ -286,6 +286,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     });
     let audit = crate::audit::spawn(&engine);
     let metrics = start_metrics(&config, &engine).await;
+    let demand = tokio::spawn(flush_demand(engine.clone()));
 
     // dbus-daemon drops a peer that sends a message over its limit, and a stopped bus drops
     // everyone: a vgpud without its connection serves no one, so it stops (non-zero).
@@ -301,6 +302,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         pinger.abort();
     }
     audit.abort();
+    demand.abort();
     for task in metrics {
         task.abort();
     }
@@ -310,12 +312,31 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     if let Err(e) = crate::persist::journal::of(engine.host()).checkpoint_if_dirty() {
         tracing::warn!(error = %e, "could not checkpoint the journal");
     }
+    if let Err(e) = engine.demand().flush() {
+        tracing::warn!(error = %e, "could not write the demand record");
+    }
     if lost {
         return Err(DaemonError::BusLost {
             bus: config.bus.to_string(),
         });
     }
     Ok(())
+}
+
+/// Writes the demand record out every [`crate::demand::FLUSH_S`] seconds while it changes
+/// (a flush with nothing new writes nothing); runs until its task is dropped.
+async fn flush_demand(engine: Arc<Engine>) {
+    let period = std::time::Duration::from_secs(crate::demand::FLUSH_S);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        ticker.tick().await;
+        let e = engine.clone();
+        match tokio::task::spawn_blocking(move || e.demand().flush()).await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not write the demand record"),
+            Err(e) => tracing::error!(error = %e, "the demand record task failed"),
+            Ok(Ok(_)) => {}
+        }
+    }
 }
 
 fn notify(states: &[sd_notify::NotifyState<'_>]) {

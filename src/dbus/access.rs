@@ -47,7 +47,7 @@ pub fn action_of(method: &str) -> Action {
     match method {
         "ListGpus" | "ListTypes" | "ListDevices" | "GetCapacity" | "GetTypeInfo"
         | "GetHostdevXml" | "RenderHostdevXml" | "RenderDomain" | "ListMigProfiles"
-        | "GetMetrics" | "ListLayouts" | "DiffLayout" => Action::Read,
+        | "GetMetrics" | "ListLayouts" | "DiffLayout" | "GetDemand" | "GetForecast" => Action::Read,
         "Get" | "GetAll" | "GetManagedObjects" => Action::Read,
         "CreateDevice" | "RemoveDevice" | "ModifyDevice" | "StartDevice" | "StopDevice"
         | "AttachDevice" | "DetachDevice" => Action::ManageDevices,
@@ -585,6 +585,8 @@ mod tests {
             "GetMetrics",
             "ListLayouts",
             "DiffLayout",
+            "GetDemand",
+            "GetForecast",
             "Get",
             "GetAll",
             "GetManagedObjects",

@@ -176,6 +176,8 @@ const CREATE_OPTIONS: &[&str] = &[
 ];
 const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
+const DEMAND_OPTIONS: &[&str] = &["from", "to", "step"];
+const FORECAST_OPTIONS: &[&str] = &["hours"];
 const MODIFY_OPTIONS: &[&str] = &["persistent", "autostart"];
 const VF_COUNT_OPTIONS: &[&str] = &["persistent", "force"];
 const PERSISTENT_OPTIONS: &[&str] = &["persistent"];
@@ -408,6 +410,88 @@ impl Manager {
             req.validate().map_err(Error::from)?;
             let engine = self.engine.clone();
             blocking(move || engine.capacity(&req)).await
+        })
+        .await
+    }
+
+    /// What was asked for of a type, from the demand record: rows (start, requests, warm,
+    /// cold, refused, released), oldest first, steps with nothing left out. Options: from,
+    /// to (t, Unix seconds; default the last 7 days), step (u, seconds, a multiple of 300 up
+    /// to a week; default 3600).
+    #[zbus(out_args("rows"))]
+    async fn get_demand(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        r#type: String,
+        options: Options,
+    ) -> Result<Vec<(u64, u32, u32, u32, u32, u32)>> {
+        self.track("GetDemand", async {
+            self.admit(
+                &header,
+                "GetDemand",
+                &[("type", &r#type, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
+            let mut opts = OptionReader::new("GetDemand", options);
+            let now = crate::persist::now_unix();
+            let to = opts.unsigned("to")?.unwrap_or(now);
+            let from = opts
+                .unsigned("from")?
+                .unwrap_or_else(|| to.saturating_sub(7 * 24 * 3600));
+            let step = opts.unsigned("step")?.unwrap_or(3600);
+            opts.finish(DEMAND_OPTIONS)?;
+            let engine = self.engine.clone();
+            let (_, rows) = blocking(move || engine.demand_of(&r#type, from, to, step)).await?;
+            Ok(rows
+                .into_iter()
+                .map(|(at, c)| (at, c.requests, c.warm, c.cold, c.refused, c.released))
+                .collect())
+        })
+        .await
+    }
+
+    /// A type's forecast of requests per hour: the last week hour by hour (start, forecast
+    /// made just before it, requests that came), the hours ahead from the one under way
+    /// (start, forecast), and the last week's error (mean_abs_error d, requests d, hours u,
+    /// and relative_error d when requests came). Option: hours (u, 1 to 168; default 24).
+    #[zbus(out_args("last_week", "ahead", "error"))]
+    async fn get_forecast(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        r#type: String,
+        options: Options,
+    ) -> Result<(
+        Vec<(u64, f64, f64)>,
+        Vec<(u64, f64)>,
+        HashMap<String, OwnedVariant>,
+    )> {
+        self.track("GetForecast", async {
+            self.admit(
+                &header,
+                "GetForecast",
+                &[("type", &r#type, limits::NAME)],
+                Some(&options),
+            )
+            .await?;
+            let mut opts = OptionReader::new("GetForecast", options);
+            let hours = opts.unsigned("hours")?.unwrap_or(24);
+            opts.finish(FORECAST_OPTIONS)?;
+            let engine = self.engine.clone();
+            let now = crate::persist::now_unix();
+            let view = blocking(move || engine.forecast_of(&r#type, now, hours)).await?;
+            let a = view.accuracy;
+            let mut error: HashMap<String, OwnedVariant> = HashMap::new();
+            error.insert(
+                "mean_abs_error".into(),
+                OwnedVariant::from(a.mean_abs_error),
+            );
+            error.insert("requests".into(), OwnedVariant::from(a.actual));
+            error.insert("hours".into(), OwnedVariant::from(a.hours as u32));
+            if let Some(r) = a.relative {
+                error.insert("relative_error".into(), OwnedVariant::from(r));
+            }
+            Ok((view.last_week, view.ahead, error))
         })
         .await
     }

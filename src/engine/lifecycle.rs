@@ -11,6 +11,7 @@ use super::{
     libc_errno, lock, CreateRequest, DeviceInfo, Engine, EngineError, EngineResult, ModifyRequest,
     Refusal,
 };
+use crate::demand::record::Note;
 use crate::discovery;
 use crate::model::{DeviceKind, MdevDevice, MdevType, SharingMode, PASSTHROUGH_TYPE};
 use crate::persist::intent::{self, Intent, Operation};
@@ -111,17 +112,39 @@ impl Engine {
         if let Some(existing) = self.existing_for(req)? {
             return Ok(existing);
         }
-        if req.type_query.eq_ignore_ascii_case(PASSTHROUGH_TYPE) {
-            return self.create_passthrough(req);
+        // Demand is counted under the type the request resolves to first (the id of the type
+        // on the GPU placement tries first), so a request and its outcome share a key.
+        let (key, made) = if req.type_query.eq_ignore_ascii_case(PASSTHROUGH_TYPE) {
+            (PASSTHROUGH_TYPE.to_string(), self.create_passthrough(req))
+        } else {
+            let candidates = self.candidates(req)?;
+            let Some(first) = candidates.first() else {
+                return self.create_on(req, &candidates);
+            };
+            (first.1.id.clone(), self.create_on(req, &candidates))
+        };
+        self.demand.note(&key, Note::Request);
+        match &made {
+            Ok(_) => self.demand.note(&key, Note::Cold),
+            Err(EngineError::NoCapacity { .. }) => self.demand.note(&key, Note::Refused),
+            Err(_) => {}
         }
-        let candidates = self.candidates(req)?;
+        made
+    }
+
+    /// Creates a device of the request's type on the first of `candidates` that takes it.
+    fn create_on(
+        &self,
+        req: &CreateRequest,
+        candidates: &[(String, MdevType)],
+    ) -> EngineResult<DeviceInfo> {
         let uuid = match &req.uuid {
             Some(u) => u.clone(),
             None => uuid::Uuid::new_v4().to_string(),
         };
         let claim = self.claim(&uuid, true)?;
         // A host with no room says so at once, without touching the disk.
-        let open = self.candidates_with_room(&candidates, req)?;
+        let open = self.candidates_with_room(candidates, req)?;
         // The intent is made durable before the turn is taken, so the disk waits of
         // concurrent creates overlap (and the file system commits them together).
         let intent = self.open_intent(
@@ -135,7 +158,7 @@ impl Engine {
                 autostart: req.autostart,
             },
         )?;
-        let admission = self.admission(&candidates, req.parent.as_deref());
+        let admission = self.admission(candidates, req.parent.as_deref());
         let mut turn = Some(admission.wait_turn());
         let mut refusals = Vec::new();
         // Two passes: the second looks again, exactly and under their lock, at the GPUs whose
@@ -656,7 +679,16 @@ impl Engine {
     }
 
     /// Removes a device by UUID: stops it if active and deletes its definition and record.
+    /// The device counts as released in the demand record.
     pub fn remove_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+        let removed = self.remove(uuid);
+        if let Ok(info) = &removed {
+            self.demand.note(&info.type_id, Note::Released);
+        }
+        removed
+    }
+
+    fn remove(&self, uuid: &str) -> EngineResult<DeviceInfo> {
         let uuid = super::request::parse_uuid(uuid)?;
         let claim = self.claim(&uuid, false)?;
         let info = self.known(&uuid)?;

@@ -14,6 +14,7 @@
 //! is in vgpud's own records ([`crate::persist::state`]).
 
 mod admission;
+pub mod demand_queries;
 mod error;
 pub mod events;
 mod lifecycle;
@@ -188,6 +189,8 @@ pub struct Engine {
     events: EventBus,
     /// The NVIDIA driver's control plane (NVML), or the backend that says why there is none.
     control: Arc<dyn crate::gpu_control::GpuControl>,
+    /// What is asked for, per type ([`crate::demand`]).
+    demand: crate::demand::Demand,
 }
 
 impl Drop for Engine {
@@ -196,6 +199,9 @@ impl Drop for Engine {
     fn drop(&mut self) {
         if let Err(e) = crate::persist::journal::of(&self.host).checkpoint_if_dirty() {
             tracing::warn!(error = %e, "could not checkpoint the journal");
+        }
+        if let Err(e) = self.demand.flush() {
+            tracing::warn!(error = %e, "could not write the demand record");
         }
     }
 }
@@ -217,6 +223,7 @@ impl Engine {
     /// what is defined (mdevctl) and vgpud's records, and adopts devices of other tools. It
     /// starts nothing: [`Engine::restore`] does, in boot order.
     pub fn new(host: Host) -> EngineResult<Self> {
+        let demand = crate::demand::Demand::load(&host);
         let engine = Engine {
             host,
             gpus: RwLock::new(BTreeMap::new()),
@@ -233,6 +240,7 @@ impl Engine {
             control: Arc::new(crate::gpu_control::Unavailable::new(
                 "no NVML backend was configured",
             )),
+            demand,
         };
         engine.rescan_gpus()?;
         // A GPU recorded in heterogeneous mode whose VFs are enabled is still in it (only a
@@ -302,6 +310,11 @@ impl Engine {
     /// The host this engine manages.
     pub fn host(&self) -> &Host {
         &self.host
+    }
+
+    /// What is asked for, per type ([`crate::demand`]).
+    pub fn demand(&self) -> &crate::demand::Demand {
+        &self.demand
     }
 
     /// The event stream: every change of state, in order.

@@ -220,7 +220,57 @@ pub fn render_host(engine: &Engine) -> String {
         }
     }
     vgpus.register(&mut r, "vgpu", "A vGPU's");
+    register_demand(&mut r, engine);
     encode(&r)
+}
+
+/// The demand record's last hour per type and what, and each type's forecast of the hour
+/// under way with last week's error.
+fn register_demand(r: &mut Registry, engine: &Engine) {
+    use crate::demand::forecast;
+    let now = crate::persist::now_unix();
+    let last_hour: Family<Labels, Gauge> = Family::default();
+    let next_hour: Family<Labels, FloatGauge> = Family::default();
+    let error: Family<Labels, FloatGauge> = Family::default();
+    engine.demand().with(|record| {
+        for t in record.types() {
+            let c = record.total(t, now.saturating_sub(3600), now + 1);
+            for (what, n) in [
+                ("requests", c.requests),
+                ("warm", c.warm),
+                ("cold", c.cold),
+                ("refused", c.refused),
+                ("released", c.released),
+            ] {
+                last_hour
+                    .get_or_create(&vec![("type", t.to_string()), ("what", what.to_string())])
+                    .set(i64::from(n));
+            }
+            let fitted = forecast::fit_type(record, t, now);
+            let labels = vec![("type", t.to_string())];
+            next_hour
+                .get_or_create(&labels)
+                .set(fitted.model.predict(now / 3600));
+            if let Some(relative) = fitted.accuracy().relative {
+                error.get_or_create(&labels).set(relative);
+            }
+        }
+    });
+    r.register(
+        "demand_last_hour",
+        "Devices of a type asked for, served warm or cold, refused and released in the last 60 minutes",
+        last_hour,
+    );
+    r.register(
+        "demand_forecast_hour",
+        "Requests of a type the forecast expects in the hour under way",
+        next_hour,
+    );
+    r.register(
+        "demand_forecast_error_last_week",
+        "The forecast's error over the last week: the sum of its hourly misses over the requests that came",
+        error,
+    );
 }
 
 fn encode(r: &Registry) -> String {

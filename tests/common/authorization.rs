@@ -116,6 +116,20 @@ pub const SPEC: &[Entry] = &[
         "/org/vgpud1/layouts",
         "absent",
     ),
+    (
+        MANAGER,
+        "GetDemand",
+        Need::Read,
+        "/org/vgpud1",
+        "mtty-1 {NONE}",
+    ),
+    (
+        MANAGER,
+        "GetForecast",
+        Need::Read,
+        "/org/vgpud1",
+        "mtty-1 {NONE}",
+    ),
     // docs/api.md: org.vgpud1.manage-devices.
     (
         MANAGER,

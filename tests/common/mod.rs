@@ -9,3 +9,4 @@ pub mod nvml;
 pub mod proxy;
 pub mod setup;
 pub mod skip;
+pub mod vgpuctl;

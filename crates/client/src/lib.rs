@@ -455,6 +455,25 @@ impl Client {
     pub async fn capacity(&self, ty: &str, options: &Options) -> Result<u32> {
         Ok(self.manager.get_capacity(ty, options.to_opts()).await?)
     }
+    /// `GetDemand`: a type's demand per step, oldest first.
+    pub async fn demand(&self, ty: &str, options: &Options) -> Result<Vec<proxy::DemandRow>> {
+        Ok(self.manager.get_demand(ty, options.to_opts()).await?)
+    }
+    /// `GetForecast`: the last week (start, forecast, actual), the hours ahead (start,
+    /// forecast) and the last week's error as JSON values in key order.
+    #[allow(clippy::type_complexity)]
+    pub async fn forecast(
+        &self,
+        ty: &str,
+        options: &Options,
+    ) -> Result<(
+        Vec<(u64, f64, f64)>,
+        Vec<(u64, f64)>,
+        BTreeMap<String, serde_json::Value>,
+    )> {
+        let (week, ahead, error) = self.manager.get_forecast(ty, options.to_opts()).await?;
+        Ok((week, ahead, model::dict_to_json(&error)))
+    }
     /// `GetTypeInfo`, as JSON values in key order.
     pub async fn type_info(
         &self,

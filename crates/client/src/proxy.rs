@@ -16,6 +16,8 @@ pub type GpuRow = (String, String, String, String, OwnedObjectPath);
 pub type TypeRow = (String, String, String, u64, u32, u32);
 /// A row of `ListDevices`: uuid, GPU, type id, owner, object.
 pub type DeviceRow = (String, String, String, String, OwnedObjectPath);
+/// A row of `GetDemand`: start (Unix seconds), requests, warm, cold, refused, released.
+pub type DemandRow = (u64, u32, u32, u32, u32, u32);
 /// A row of `ListMigProfiles`: id, index, name, slices, memory bytes, max, remaining,
 /// placements, free placements (start, size).
 pub type MigProfileRow = (
@@ -61,6 +63,15 @@ pub trait Manager {
     fn get_capacity(&self, r#type: &str, options: Opts<'_>) -> zbus::Result<u32>;
     /// GetTypeInfo(s type, a{sv} options) → a{sv}
     fn get_type_info(&self, r#type: &str, options: Opts<'_>) -> zbus::Result<Dict>;
+    /// GetDemand(s type, a{sv} options) → a(tuuuuu): (start, requests, warm, cold, refused,
+    /// released) per step.
+    fn get_demand(&self, r#type: &str, options: Opts<'_>) -> zbus::Result<Vec<DemandRow>>;
+    /// GetForecast(s type, a{sv} options) → (a(tdd) last_week, a(td) ahead, a{sv} error)
+    fn get_forecast(
+        &self,
+        r#type: &str,
+        options: Opts<'_>,
+    ) -> zbus::Result<(Vec<(u64, f64, f64)>, Vec<(u64, f64)>, Dict)>;
     /// RemoveDevice(s uuid, a{sv} options)
     fn remove_device(&self, uuid: &str, options: Opts<'_>) -> zbus::Result<()>;
     /// ModifyDevice(s uuid, a{sv} options)

@@ -200,6 +200,20 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         numa_node: Option<u32>,
     },
+    /// What was asked for of a type (GetDemand), or its forecast (GetForecast).
+    Demand {
+        /// Type id, name, or `passthrough`.
+        r#type: String,
+        /// How many hours back (with --forecast: ahead), at most 1344 (8 weeks).
+        #[arg(long, value_name = "HOURS", default_value_t = 24)]
+        hours: u64,
+        /// The step of the rows, in minutes (a multiple of 5).
+        #[arg(long, value_name = "MINUTES", default_value_t = 60)]
+        step: u64,
+        /// The forecast of the hours ahead, and how the last week's forecasts did.
+        #[arg(long)]
+        forecast: bool,
+    },
     /// Enable N SR-IOV VFs on a GPU (0 disables them).
     Vfs {
         /// The GPU.

@@ -207,6 +207,101 @@ fn emit_bytes(bytes: &[u8]) -> bool {
 }
 
 /// A JSON document, pretty, with a final newline.
+/// `vgpuctl demand TYPE`: the demand of the last `hours`, a row per `step_min` minutes.
+async fn demand(client: &Client, ty: &str, hours: u64, step_min: u64, j: bool) -> Result<String> {
+    let to = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let options = Options::new()
+        .u64("from", to.saturating_sub(hours.saturating_mul(3600)))
+        .u64("to", to)
+        .u32(
+            "step",
+            u32::try_from(step_min.saturating_mul(60)).unwrap_or(u32::MAX),
+        );
+    let rows = client.demand(ty, &options).await?;
+    let names = ["requests", "warm", "cold", "refused", "released"];
+    if j {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(at, r, w, c, f, l)| {
+                let mut o = serde_json::Map::new();
+                o.insert("time".into(), output::iso_time(*at).into());
+                for (k, v) in names.iter().zip([r, w, c, f, l]) {
+                    o.insert((*k).into(), (*v).into());
+                }
+                o.into()
+            })
+            .collect();
+        return json(&rows);
+    }
+    let mut t = Table::new(&["TIME", "REQUESTS", "WARM", "COLD", "REFUSED", "RELEASED"]);
+    for (at, r, w, c, f, l) in &rows {
+        t.row(vec![
+            output::local_time(*at),
+            r.to_string(),
+            w.to_string(),
+            c.to_string(),
+            f.to_string(),
+            l.to_string(),
+        ]);
+    }
+    Ok(t.render())
+}
+
+/// `vgpuctl demand --forecast TYPE`: the hours ahead, and the last week's error.
+async fn forecast_of(client: &Client, ty: &str, hours: u64, j: bool) -> Result<String> {
+    let options = Options::new().u32("hours", u32::try_from(hours).unwrap_or(u32::MAX));
+    let (week, ahead, error) = client.forecast(ty, &options).await?;
+    if j {
+        let hour = |at: u64, f: f64| {
+            let mut o = serde_json::Map::new();
+            o.insert("time".into(), output::iso_time(at).into());
+            o.insert("forecast".into(), f.into());
+            o
+        };
+        let mut o = serde_json::Map::new();
+        o.insert("type".into(), ty.into());
+        o.insert(
+            "ahead".into(),
+            ahead
+                .iter()
+                .map(|(at, f)| hour(*at, *f).into())
+                .collect::<Vec<serde_json::Value>>()
+                .into(),
+        );
+        o.insert(
+            "last_week".into(),
+            week.iter()
+                .map(|(at, f, a)| {
+                    let mut h = hour(*at, *f);
+                    h.insert("actual".into(), (*a).into());
+                    h.into()
+                })
+                .collect::<Vec<serde_json::Value>>()
+                .into(),
+        );
+        o.insert(
+            "error".into(),
+            serde_json::to_value(&error).unwrap_or_default(),
+        );
+        return json(&o);
+    }
+    let mut t = Table::new(&["HOUR", "FORECAST"]);
+    for (at, f) in &ahead {
+        t.row(vec![output::local_time(*at), format!("{f:.1}")]);
+    }
+    let figure = |k: &str| error.get(k).and_then(serde_json::Value::as_f64);
+    let summary = match (figure("requests"), figure("mean_abs_error"), figure("relative_error")) {
+        (Some(n), Some(mae), Some(rel)) => format!(
+            "last week: {n:.0} requests; the forecast missed by {mae:.2} per hour on average ({:.0}% of the requests)\n",
+            rel * 100.0
+        ),
+        _ => "last week: no requests to compare the forecast with\n".to_string(),
+    };
+    Ok(t.render() + &summary)
+}
+
 fn json<T: Serialize + ?Sized>(value: &T) -> Result<String> {
     serde_json::to_string_pretty(value)
         .map(|s| s + "\n")
@@ -519,6 +614,18 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
         }
         Command::Attach(a) => attachment(&client, say, a, true).await?,
         Command::Detach(a) => attachment(&client, say, a, false).await?,
+        Command::Demand {
+            r#type,
+            hours,
+            step,
+            forecast,
+        } => {
+            if forecast {
+                forecast_of(&client, &r#type, hours, j).await?
+            } else {
+                demand(&client, &r#type, hours, step, j).await?
+            }
+        }
         Command::Capacity {
             r#type,
             parent,
