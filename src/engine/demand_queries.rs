@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn demand_is_summed_per_step_and_names_resolve_to_the_recorded_id() {
         let dir = tempfile::tempdir().expect("tempdir");
-        crate::simulate::write_profile("nvidia-turing", dir.path()).expect("profile");
+        vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");
         let e = Engine::new(Host::simulated(dir.path())).expect("engine");
         let t0 = 1_764_579_600; // a Monday, 09:00 UTC
         let id = e
