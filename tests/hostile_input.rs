@@ -108,7 +108,13 @@ async fn a_subscriber_that_never_reads_does_not_grow_vgpud() {
         }
     };
     let mut subscriber = std::process::Command::new("gdbus")
-        .args(["monitor", "--address", &s.bus.address, "--dest", "org.vgpud1"])
+        .args([
+            "monitor",
+            "--address",
+            &s.bus.address,
+            "--dest",
+            "org.vgpud1",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -118,7 +124,10 @@ async fn a_subscriber_that_never_reads_does_not_grow_vgpud() {
     let (seen_tx, seen_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if line.contains("DeviceCreated") {
                 let _ = seen_tx.send(());
                 break;
@@ -129,7 +138,10 @@ async fn a_subscriber_that_never_reads_does_not_grow_vgpud() {
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     while seen_rx.try_recv().is_err() {
-        assert!(Instant::now() < deadline, "gdbus monitor saw no DeviceCreated");
+        assert!(
+            Instant::now() < deadline,
+            "gdbus monitor saw no DeviceCreated"
+        );
         cycle(1).await;
     }
     let stopped = std::process::Command::new("kill")
@@ -140,7 +152,9 @@ async fn a_subscriber_that_never_reads_does_not_grow_vgpud() {
     let state = std::fs::read_to_string(format!("/proc/{}/status", subscriber.id()))
         .expect("the subscriber's status");
     assert!(
-        state.lines().any(|l| l.starts_with("State:") && l.contains("stopped")),
+        state
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains("stopped")),
         "the subscriber is stopped: {state}"
     );
     cycle(30).await;

@@ -79,7 +79,10 @@ impl CallMonitor {
             if member == MARKER {
                 return calls;
             }
-            let interface = header.interface().map(|i| i.to_string()).unwrap_or_default();
+            let interface = header
+                .interface()
+                .map(|i| i.to_string())
+                .unwrap_or_default();
             calls.push(format!("{interface}.{member}"));
         }
     }

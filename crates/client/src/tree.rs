@@ -82,9 +82,9 @@ where
     T: TryFrom<OwnedVariant>,
     T::Error: Into<zbus::Error>,
 {
-    let value = props.remove(name).ok_or_else(|| {
-        zbus::Error::Failure(format!("vgpud's answer has no property {name}"))
-    })?;
+    let value = props
+        .remove(name)
+        .ok_or_else(|| zbus::Error::Failure(format!("vgpud's answer has no property {name}")))?;
     T::try_from(value).map_err(|e| {
         let e: zbus::Error = e.into();
         zbus::Error::Failure(format!("property {name}: {e}")).into()
