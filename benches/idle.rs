@@ -62,11 +62,37 @@ struct Binaries {
     nvml: PathBuf,
 }
 
+/// A vgpud on a fresh `large` host and a bus of its own; all gone when dropped (in this
+/// order: the daemon first).
+struct Running {
+    vgpud: daemon::Daemon,
+    bus: bus::Bus,
+    _dir: tempfile::TempDir,
+    host: daemon::BenchHost,
+}
+
 impl Binaries {
-    /// Starts this vgpud on `root` and the bus at `address`, and waits for READY=1.
-    fn start(&self, root: &Path, address: &str, dir: &Path) -> daemon::Daemon {
+    /// Starts this vgpud on a fresh host and bus, and waits for READY=1.
+    fn start(&self) -> Running {
+        let host = bench_host("large");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bus = start_bus(dir.path());
         let args = [OsStr::new("--nvml-library"), self.nvml.as_os_str()];
-        start_daemon_args(&self.vgpud, root, address, dir, "warn", None, &args).0
+        let (vgpud, _) = start_daemon_args(
+            &self.vgpud,
+            &host.root,
+            &bus.1,
+            dir.path(),
+            "warn",
+            None,
+            &args,
+        );
+        Running {
+            vgpud,
+            bus,
+            _dir: dir,
+            host,
+        }
     }
 }
 
@@ -293,13 +319,10 @@ async fn made_elsewhere(root: &Path, address: &str, count: usize) -> Vec<Option<
 
 /// One binary on a fresh host of `size` devices: the row's figures.
 fn measure_size(rt: &tokio::runtime::Runtime, bins: &Binaries, size: usize, idle: Duration) -> Row {
-    let host = bench_host("large");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bus = start_bus(dir.path());
-    let vgpud = bins.start(&host.root, &bus.1, dir.path());
-    let pid = vgpud.0.id();
+    let r = bins.start();
+    let (address, pid) = (r.bus.1.as_str(), r.vgpud.0.id());
     rt.block_on(async {
-        let managers = managers(&bus.1, CLIENTS).await;
+        let managers = managers(address, CLIENTS).await;
         fill(&managers, size).await;
         // Whatever the storms left to publish or write is done before the quiet starts.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -319,14 +342,14 @@ fn measure_size(rt: &tokio::runtime::Runtime, bins: &Binaries, size: usize, idle
         for _ in 0..10 {
             let t = Instant::now();
             let status = Command::new(&bins.vgpuctl)
-                .args(["--address", &bus.1, "devices"])
+                .args(["--address", address, "devices"])
                 .stdout(Stdio::null())
                 .status()
                 .expect("run vgpuctl");
             ctl.push(ms(t.elapsed()));
             assert!(status.success(), "vgpuctl devices failed");
         }
-        let appear = made_elsewhere(&host.root, &bus.1, 20).await;
+        let appear = made_elsewhere(&r.host.root, address, 20).await;
         Row {
             devices: size,
             idle_cpu_pct,
@@ -340,13 +363,10 @@ fn measure_size(rt: &tokio::runtime::Runtime, bins: &Binaries, size: usize, idle
 
 /// One binary's storms on a host of its own: each 384 persistent creates, then removed.
 fn measure_storms(rt: &tokio::runtime::Runtime, bins: &Binaries, rounds: usize) -> Storms {
-    let host = bench_host("large");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bus = start_bus(dir.path());
-    let vgpud = bins.start(&host.root, &bus.1, dir.path());
-    let pid = vgpud.0.id();
+    let r = bins.start();
+    let (address, pid) = (r.bus.1.as_str(), r.vgpud.0.id());
     rt.block_on(async {
-        let managers = managers(&bus.1, CLIENTS).await;
+        let managers = managers(address, CLIENTS).await;
         let mut storms = Storms {
             rates: Vec::new(),
             cpu_ms_per_create: Vec::new(),
