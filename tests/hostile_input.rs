@@ -86,6 +86,97 @@ async fn huge_arguments_are_refused_before_any_work_and_not_echoed() {
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
+/// A subscriber to every signal of vgpud that never reads them (a `gdbus monitor` stopped with
+/// SIGSTOP) holds up nobody: the bus queues its signals or drops it, vgpud's memory stays put
+/// over 300 creates and removes, each with its signals, and calls keep being answered.
+#[tokio::test]
+async fn a_subscriber_that_never_reads_does_not_grow_vgpud() {
+    let s = Setup::new(&["mtty"]).await;
+    let m = s.manager().await;
+    let cycle = |n: usize| {
+        let m = m.clone();
+        async move {
+            for _ in 0..n {
+                let (uuid, _) = m
+                    .create_device("mtty-1", HashMap::new())
+                    .await
+                    .expect("create");
+                m.remove_device(&uuid, HashMap::new())
+                    .await
+                    .expect("remove");
+            }
+        }
+    };
+    let mut subscriber = std::process::Command::new("gdbus")
+        .args([
+            "monitor",
+            "--address",
+            &s.bus.address,
+            "--dest",
+            "org.vgpud1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("gdbus (apt-get install libglib2.0-bin)");
+    // Subscribed once it reports the first of vgpud's signals; then it stops reading.
+    let stdout = subscriber.stdout.take().expect("stdout");
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("DeviceCreated") {
+                let _ = seen_tx.send(());
+                break;
+            }
+        }
+        // The pipe stays open and unread from here on.
+        std::thread::sleep(Duration::from_secs(3600));
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen_rx.try_recv().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "gdbus monitor saw no DeviceCreated"
+        );
+        cycle(1).await;
+    }
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &subscriber.id().to_string()])
+        .status()
+        .expect("kill -STOP");
+    assert!(stopped.success(), "kill -STOP");
+    let state = std::fs::read_to_string(format!("/proc/{}/status", subscriber.id()))
+        .expect("the subscriber's status");
+    assert!(
+        state
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains("stopped")),
+        "the subscriber is stopped: {state}"
+    );
+    cycle(30).await;
+    let before = rss_kib(s.daemon.pid());
+    let started = Instant::now();
+    cycle(300).await;
+    let after = rss_kib(s.daemon.pid());
+    let _ = subscriber.kill();
+    let _ = subscriber.wait();
+    eprintln!("vgpud's RSS: {before} KiB before 300 creates and removes, {after} KiB after");
+    assert!(
+        after < before + 16 * 1024,
+        "vgpud's RSS grew from {before} KiB to {after} KiB with a subscriber that never reads"
+    );
+    let t = Instant::now();
+    m.list_gpus().await.expect("ListGpus");
+    assert!(
+        t.elapsed() < Duration::from_secs(5) && started.elapsed() < Duration::from_secs(120),
+        "vgpud kept answering"
+    );
+}
+
 #[tokio::test]
 async fn domain_names_and_sizes_a_host_cannot_have_are_invalid_arguments() {
     let s = Setup::new(&["mixed"]).await;

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use common::daemon::{vgpud_bin, Policy, TestBus};
 use common::golden::assert_golden;
+use common::monitor::CallMonitor;
 use common::nvml::fake_library;
 use common::setup::Setup;
 use serde_json::Value;
@@ -701,6 +702,42 @@ async fn a_device_is_made_changed_rendered_and_removed() {
         "UUID  KIND  GPU  PARENT  TYPE  OWNER  ACTIVE  PERSISTENT  AUTOSTART\n"
     );
     assert_eq!(json(&s, &["devices"]), serde_json::json!([]));
+}
+
+/// The listings read the whole tree in one call (`GetManagedObjects`), and `device` and `gpu`
+/// one object in one call (`GetAll`), however many objects there are: before, `devices` asked
+/// `ListDevices` and then each property of each device with a call of its own (15 a device).
+#[tokio::test]
+async fn listings_read_the_whole_tree_in_one_call() {
+    let s = Setup::new(&["mixed"]).await;
+    let rtx = "0000:3b:00.0";
+    ok(&s, &["create", "RTX6000-4Q", "--parent", rtx, "--uuid", U1]);
+    ok(&s, &["create", "mtty-2", "--uuid", U2, "--transient"]);
+    ok(&s, &["create", "mtty-1", "--uuid", U3]);
+    let tree = "org.freedesktop.DBus.ObjectManager.GetManagedObjects";
+    let get_all = "org.freedesktop.DBus.Properties.GetAll";
+    let mut monitor = CallMonitor::start(&s.bus).await;
+    for (args, want) in [
+        (&["devices"][..], tree),
+        (&["devices", "--json"], tree),
+        (&["gpus"], tree),
+        (&["gpus", "--json"], tree),
+        (&["device", U1], get_all),
+        (&["gpu", rtx], get_all),
+    ] {
+        let out = ok(&s, args);
+        if args[0] == "devices" {
+            assert!(
+                [U1, U2, U3].iter().all(|u| out.contains(u)),
+                "{args:?} lists every device: {out}"
+            );
+        }
+        assert_eq!(
+            monitor.calls_to_vgpud().await,
+            vec![want.to_string()],
+            "vgpuctl {args:?} asks vgpud once"
+        );
+    }
 }
 
 #[tokio::test]

@@ -83,6 +83,19 @@ pub fn start_daemon_bin(
     log: &str,
     log_file: Option<&Path>,
 ) -> (Daemon, f64) {
+    start_daemon_args(bin, root, address, dir, log, log_file, &[])
+}
+
+/// [`start_daemon_bin`] with more arguments for vgpud (`--nvml-library PATH`).
+pub fn start_daemon_args(
+    bin: &Path,
+    root: &Path,
+    address: &str,
+    dir: &Path,
+    log: &str,
+    log_file: Option<&Path>,
+    args: &[&std::ffi::OsStr],
+) -> (Daemon, f64) {
     let notify = dir.join(format!("notify-{}", uuid::Uuid::new_v4()));
     let sock = UnixDatagram::bind(&notify).expect("notify socket");
     sock.set_read_timeout(Some(Duration::from_secs(60)))
@@ -94,6 +107,7 @@ pub fn start_daemon_bin(
         .arg("--simulate")
         .arg("--bus-address")
         .arg(address)
+        .args(args)
         .env("VGPUD_LOG", log)
         .env("NOTIFY_SOCKET", &notify)
         .stderr(match log_file {
@@ -123,4 +137,19 @@ pub fn rss_kib(pid: u32) -> u64 {
                 .and_then(|n| n.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// CPU time (user and system, all threads) a process has used so far, in ms.
+pub fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces): utime is the 14th field, stime the 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // In USER_HZ ticks, which Linux fixes at 100 per second for /proc.
+    f.iter().sum::<f64>() * 10.0
 }

@@ -29,7 +29,9 @@ mod daemon;
 use std::collections::HashMap;
 
 use bus::{start_bus, Bus};
-use daemon::{bench_host, median, ms, percentile, rss_kib, start_daemon_bin, BenchHost, Daemon};
+use daemon::{
+    bench_host, cpu_ms, median, ms, percentile, rss_kib, start_daemon_bin, BenchHost, Daemon,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -173,21 +175,6 @@ async fn ping_storm(peers: &[zbus::fdo::PeerProxy<'static>]) -> Storm {
 
 fn per_s(calls: usize, wall_ms: f64) -> f64 {
     calls as f64 / (wall_ms / 1000.0)
-}
-
-/// CPU time (user and system, all threads) a process has used so far, in ms.
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may hold spaces): utime is the 14th field, stime the 15th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // In USER_HZ ticks, which Linux fixes at 100 per second for /proc.
-    f.iter().sum::<f64>() * 10.0
 }
 
 /// The file system a path lives on, by name.

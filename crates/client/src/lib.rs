@@ -7,6 +7,7 @@ pub mod error;
 pub mod model;
 pub mod paths;
 pub mod proxy;
+pub mod tree;
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,7 @@ use zbus::{Connection, OwnedObjectPath, Variant};
 pub use error::{Error, ErrorClass, Result};
 pub use model::*;
 pub use proxy::{DeviceProxy, GpuProxy, LayoutsProxy, ManagerProxy, NvidiaProxy, Opts};
+pub use tree::Tree;
 
 /// The bus name vgpud owns.
 pub const BUS_NAME: &str = "org.vgpud1";
@@ -333,64 +335,22 @@ impl Client {
             .collect())
     }
 
-    /// Every property of a GPU object.
-    pub async fn gpu(&self, address: &str) -> Result<GpuDetails> {
-        let p = self.gpu_proxy(address).await?;
-        let (mig_current, mig_pending) = p.mig_mode().await?;
-        Ok(GpuDetails {
-            address: p.address().await?,
-            model: p.model().await?,
-            vendor_id: p.vendor_id().await?,
-            device_id: p.device_id().await?,
-            driver: p.driver().await?,
-            iommu_group: p.iommu_group().await?,
-            numa_node: p.numa_node().await?,
-            sharing_modes: p.sharing_modes().await?,
-            types: p.types().await?,
-            devices: p.devices().await?.iter().map(|d| d.to_string()).collect(),
-            total_vfs: p.total_vfs().await?,
-            num_vfs: p.num_vfs().await?,
-            vfs: p.vfs().await?,
-            heterogeneous_mode: p.heterogeneous_mode().await?,
-            mig_current,
-            mig_pending,
-            gpu_instances: p
-                .gpu_instances()
-                .await?
-                .into_iter()
-                .map(GpuInstance::from)
-                .collect(),
-            scheduler: model::dict_to_json(&p.scheduler().await?),
-        })
+    /// Every GPU and device object with all its properties, in one call
+    /// (`ObjectManager.GetManagedObjects` on `/org/vgpud1`).
+    pub async fn tree(&self) -> Result<Tree> {
+        tree::read(&self.conn).await
     }
 
-    /// Every property of a device object.
+    /// Every property of a GPU object, in one call (`Properties.GetAll`).
+    pub async fn gpu(&self, address: &str) -> Result<GpuDetails> {
+        tree::gpu(&self.conn, address).await
+    }
+
+    /// Every property of a device object, in one call (`Properties.GetAll`). A malformed UUID
+    /// is `InvalidArgument`, as [`device_proxy`] answers it.
     pub async fn device(&self, uuid: &str) -> Result<DeviceDetails> {
-        let p = self.device_proxy(uuid).await?;
-        let gpu_path = p.parent_gpu().await?;
-        let gpu = gpu_path
-            .as_str()
-            .rsplit('/')
-            .next()
-            .and_then(paths::unescape_segment)
-            .unwrap_or_default();
-        Ok(DeviceDetails {
-            uuid: p.uuid().await?,
-            kind: p.kind().await?,
-            parent: p.parent().await?,
-            gpu,
-            address: p.address().await?,
-            functions: p.functions().await?,
-            type_id: p.type_id().await?,
-            type_name: p.type_name().await?,
-            owner: p.owner().await?,
-            iommu_group: p.iommu_group().await?,
-            attributes: p.attributes().await?,
-            active: p.active().await?,
-            persistent: p.persistent().await?,
-            autostart: p.autostart().await?,
-            created: p.created().await?,
-        })
+        check_uuid(uuid)?;
+        tree::device(&self.conn, uuid).await
     }
 
     /// `CreateDevice`: the new device's UUID and object.

@@ -860,11 +860,18 @@ fn live_config(live: bool, config: bool) -> Options {
     o
 }
 
+/// Every GPU, read with the devices in one call (the whole tree).
 async fn gpus(client: &Client, j: bool) -> Result<String> {
-    let mut entries = Vec::new();
-    for g in client.list_gpus().await? {
-        entries.push(gpu_entry(client, &g.address).await?);
-    }
+    let entries: Vec<GpuEntry> = client
+        .tree()
+        .await?
+        .gpus
+        .into_iter()
+        .map(|details| GpuEntry {
+            path: vgpud_client::paths::gpu_path(&details.address).to_string(),
+            details,
+        })
+        .collect();
     if j {
         return json(&entries);
     }
@@ -959,16 +966,18 @@ fn signed(n: i32) -> String {
     }
 }
 
+/// Every device, read with the GPUs in one call (the whole tree).
 async fn devices(client: &Client, j: bool) -> Result<String> {
-    let mut entries = Vec::new();
-    for d in client.list_devices().await? {
-        match device_entry(client, &d.uuid).await {
-            Ok(e) => entries.push(e),
-            // Removed between the list and the read.
-            Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let entries: Vec<DeviceEntry> = client
+        .tree()
+        .await?
+        .devices
+        .into_iter()
+        .map(|details| DeviceEntry {
+            path: vgpud_client::paths::device_path(&details.uuid).to_string(),
+            details,
+        })
+        .collect();
     if j {
         return json(&entries);
     }
