@@ -173,6 +173,7 @@ const CREATE_OPTIONS: &[&str] = &[
     "policy",
     "numa_node",
     "exist_ok",
+    "lease_s",
 ];
 const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
@@ -337,7 +338,8 @@ impl Manager {
     }
 
     /// Makes a device of a type (id or name). Options: parent, uuid, owner, params,
-    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance.
+    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance, lease_s
+    /// (reclaimed once the domain the owner names has not run for that many seconds).
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
@@ -369,6 +371,7 @@ impl Manager {
                 numa_node: numa_option(&mut opts, "CreateDevice")?,
                 exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
                 create_instance: opts.boolean("create_instance")?.unwrap_or(true),
+                lease_s: opts.unsigned("lease_s")?,
             };
             opts.finish(CREATE_OPTIONS)?;
             let engine = self.engine.clone();
@@ -915,6 +918,15 @@ impl Manager {
         uuid: &str,
         event: &str,
         detail: &str,
+    ) -> zbus::Result<()>;
+
+    /// A device's lease ran out (the libvirt domain its owner names was not running for
+    /// longer than the lease) and vgpud takes it back; `DeviceRemoved` follows.
+    #[zbus(signal)]
+    pub(super) async fn device_reclaimed(
+        emitter: &SignalEmitter<'_>,
+        uuid: &str,
+        reason: &str,
     ) -> zbus::Result<()>;
 
     /// A change to a GPU behind vgpud's back: gpu-instance-created-externally or
