@@ -135,6 +135,11 @@ fn name_of(event: &Event) -> Option<(&'static str, String, String)> {
             ("device-removed", device.uuid.clone(), device.parent.clone())
         }
         Event::Drift(d) => ("drift", d.uuid.clone(), String::new()),
+        Event::DeviceReclaimed { device, .. } => (
+            "device-reclaimed",
+            device.uuid.clone(),
+            device.parent.clone(),
+        ),
         Event::GpuAdded { gpu } => ("gpu-added", String::new(), gpu.address.clone()),
         Event::GpuChanged { after, .. } => ("gpu-changed", String::new(), after.address.clone()),
         Event::GpuModeChanged { gpu, .. } => ("gpu-mode-changed", String::new(), gpu.clone()),
@@ -210,6 +215,7 @@ pub fn record(r: &Record) {
     };
     let detail = match &r.event {
         Event::Drift(d) => format!("{}: {}", d.event, d.detail),
+        Event::DeviceReclaimed { reason, .. } => reason.clone(),
         _ => String::new(),
     };
     line(event, &device, &gpu, r.cause.as_deref(), "ok", &detail);

@@ -28,6 +28,10 @@ struct Cli {
     /// came or went, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     poll_interval_ms: u64,
+    /// How often the leases of devices are checked against their domains, in seconds
+    /// (with no leased device, libvirt is never asked).
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    reclaim_interval_s: u64,
     /// How long the restore at start waits for the parents of persistent devices, in
     /// seconds.
     #[arg(long, value_name = "S", default_value_t = 30)]
@@ -173,6 +177,9 @@ fn main() -> ExitCode {
                 bus,
                 poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
+                reclaim_interval: std::time::Duration::from_secs(
+                    cli.reclaim_interval_s.clamp(1, 3600),
+                ),
                 libvirt_uri: cli
                     .libvirt_uri
                     .or(file.libvirt.uri)

@@ -31,8 +31,9 @@ const PYTHON: &str = "/usr/bin/python3";
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The largest introspection document a client should have to read, but for the lists of
-/// names below.
-const MAX_INTROSPECTION: usize = 8 * 1024;
+/// names below: a fixed size, whatever the number of devices (the manager's, the largest,
+/// is about 9 KiB with its methods, signals and their comments).
+const MAX_INTROSPECTION: usize = 12 * 1024;
 
 /// What the parents of GPUs and devices (`/org/vgpud1/gpu`, `/org/vgpud1/device`) may add
 /// per child: its name alone, `  <node name="<escaped UUID>"/>` and a newline (62 bytes, 64

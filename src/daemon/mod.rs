@@ -36,6 +36,8 @@ pub struct Config {
     pub poll_interval: std::time::Duration,
     /// How long the restore at start waits for the parents of persistent devices.
     pub restore_timeout: std::time::Duration,
+    /// How often leases are checked against their domains.
+    pub reclaim_interval: std::time::Duration,
     /// The libvirt connection URI (`qemu:///system`).
     pub libvirt_uri: String,
     /// NVIDIA's `sriov-manage` (taken below `root`).
@@ -261,7 +263,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         .await
         .map_err(bus_err("connecting to the bus"))?;
     let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
-    dbus::serve(&conn, engine.clone(), libvirt)
+    dbus::serve(&conn, engine.clone(), libvirt.clone())
         .await
         .map_err(bus_err("exporting objects"))?;
     // Without ALLOW_REPLACEMENT: another connection cannot take the name from a running
@@ -287,6 +289,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let audit = crate::audit::spawn(&engine);
     let metrics = start_metrics(&config, &engine).await;
     let demand = tokio::spawn(flush_demand(engine.clone()));
+    let reclaim = tokio::spawn(reclaim_leases(
+        engine.clone(),
+        libvirt,
+        config.reclaim_interval,
+    ));
 
     // dbus-daemon drops a peer that sends a message over its limit, and a stopped bus drops
     // everyone: a vgpud without its connection serves no one, so it stops (non-zero).
@@ -303,6 +310,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     }
     audit.abort();
     demand.abort();
+    reclaim.abort();
     for task in metrics {
         task.abort();
     }
@@ -335,6 +343,37 @@ async fn flush_demand(engine: Arc<Engine>) {
             Ok(Err(e)) => tracing::warn!(error = %e, "could not write the demand record"),
             Err(e) => tracing::error!(error = %e, "the demand record task failed"),
             Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Checks the devices' leases every `interval` and reclaims those that ran out
+/// ([`crate::libvirt::reclaim`]); runs until its task is dropped.
+async fn reclaim_leases(
+    engine: Arc<Engine>,
+    libvirt: Arc<crate::libvirt::VirtConnection>,
+    interval: std::time::Duration,
+) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if !engine.has_leases() {
+            continue;
+        }
+        let (e, l) = (engine.clone(), libvirt.clone());
+        let now = crate::persist::now_unix();
+        match tokio::task::spawn_blocking(move || {
+            crate::libvirt::reclaim::reclaim_expired(&e, l.as_ref(), now)
+        })
+        .await
+        {
+            Ok(done) => {
+                for (uuid, reason) in done.devices {
+                    tracing::info!(%uuid, "reclaimed a device: {reason}");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "the lease task failed"),
         }
     }
 }

@@ -173,6 +173,7 @@ const CREATE_OPTIONS: &[&str] = &[
     "policy",
     "numa_node",
     "exist_ok",
+    "lease_s",
 ];
 const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
@@ -337,7 +338,7 @@ impl Manager {
     }
 
     /// Makes a device of a type (id or name). Options: parent, uuid, owner, params,
-    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance.
+    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance, lease_s.
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
@@ -369,6 +370,7 @@ impl Manager {
                 numa_node: numa_option(&mut opts, "CreateDevice")?,
                 exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
                 create_instance: opts.boolean("create_instance")?.unwrap_or(true),
+                lease_s: opts.unsigned("lease_s")?,
             };
             opts.finish(CREATE_OPTIONS)?;
             let engine = self.engine.clone();
@@ -414,10 +416,8 @@ impl Manager {
         .await
     }
 
-    /// What was asked for of a type, from the demand record: rows (start, requests, warm,
-    /// cold, refused, released), oldest first, steps with nothing left out. Options: from,
-    /// to (t, Unix seconds; default the last 7 days), step (u, seconds, a multiple of 300 up
-    /// to a week; default 3600).
+    /// A type's demand per step: start, requests, warm, cold, refused, released. Options:
+    /// from, to, step.
     #[zbus(out_args("rows"))]
     async fn get_demand(
         &self,
@@ -451,10 +451,8 @@ impl Manager {
         .await
     }
 
-    /// A type's forecast of requests per hour: the last week hour by hour (start, forecast
-    /// made just before it, requests that came), the hours ahead from the one under way
-    /// (start, forecast), and the last week's error (mean_abs_error d, requests d, hours u,
-    /// and relative_error d when requests came). Option: hours (u, 1 to 168; default 24).
+    /// A type's forecast of requests per hour: the last week (start, forecast, actual), the
+    /// hours ahead (start, forecast), the error. Option: hours.
     #[zbus(out_args("last_week", "ahead", "error"))]
     async fn get_forecast(
         &self,
@@ -915,6 +913,14 @@ impl Manager {
         uuid: &str,
         event: &str,
         detail: &str,
+    ) -> zbus::Result<()>;
+
+    /// A device's lease ran out; DeviceRemoved follows.
+    #[zbus(signal)]
+    pub(super) async fn device_reclaimed(
+        emitter: &SignalEmitter<'_>,
+        uuid: &str,
+        reason: &str,
     ) -> zbus::Result<()>;
 
     /// A change to a GPU behind vgpud's back: gpu-instance-created-externally or

@@ -149,6 +149,9 @@ impl Publisher {
                 tracing::info!(uuid = %drift.uuid, event = drift.event, "{}", drift.detail);
                 Manager::device_drift(&emitter, &drift.uuid, drift.event, &drift.detail).await?;
             }
+            Event::DeviceReclaimed { device, reason } => {
+                Manager::device_reclaimed(&emitter, &device.uuid, reason).await?;
+            }
             Event::GpuDrift { gpu, event, detail } => {
                 tracing::info!(%gpu, event, "{detail}");
                 Manager::gpu_drift(&emitter, gpu, event, detail).await?;

@@ -50,6 +50,14 @@ pub enum Event {
     },
     /// Something happened to a device behind vgpud's back.
     Drift(Drift),
+    /// A device's lease ran out: the domain its owner names has not been running for
+    /// longer than the lease. Its removal follows.
+    DeviceReclaimed {
+        /// The device as it was.
+        device: DeviceInfo,
+        /// Why, in a sentence (the domain, its state, how long).
+        reason: String,
+    },
     /// A GPU appeared (or was found at start).
     GpuAdded {
         /// The GPU.
@@ -96,7 +104,9 @@ impl Event {
     /// The device an event is about, if any.
     pub fn device(&self) -> Option<&DeviceInfo> {
         match self {
-            Event::DeviceAdded { device, .. } | Event::DeviceRemoved { device } => Some(device),
+            Event::DeviceAdded { device, .. }
+            | Event::DeviceRemoved { device }
+            | Event::DeviceReclaimed { device, .. } => Some(device),
             Event::DeviceChanged { after, .. } => Some(after),
             _ => None,
         }

@@ -124,6 +124,10 @@ impl Engine {
             (first.1.id.clone(), self.create_on(req, &candidates))
         };
         self.demand.note(&key, Note::Request);
+        let made = match (made, req.lease_s) {
+            (Ok(info), Some(lease)) => self.give_lease(info, lease),
+            (made, _) => made,
+        };
         match &made {
             Ok(_) => self.demand.note(&key, Note::Cold),
             Err(EngineError::NoCapacity { .. }) => self.demand.note(&key, Note::Refused),
@@ -668,7 +672,7 @@ impl Engine {
     }
 
     /// Looks a device up for an operation on it: the registry, else the host.
-    fn known(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+    pub(super) fn known(&self, uuid: &str) -> EngineResult<DeviceInfo> {
         if let Some(d) = self.device(uuid) {
             return Ok(d);
         }
@@ -684,6 +688,7 @@ impl Engine {
         let removed = self.remove(uuid);
         if let Ok(info) = &removed {
             self.demand.note(&info.type_id, Note::Released);
+            self.forget_lease(&info.uuid);
         }
         removed
     }

@@ -17,6 +17,7 @@ mod admission;
 pub mod demand_queries;
 mod error;
 pub mod events;
+pub mod leases;
 mod lifecycle;
 pub mod mig;
 mod pci_devices;
@@ -191,6 +192,8 @@ pub struct Engine {
     control: Arc<dyn crate::gpu_control::GpuControl>,
     /// What is asked for, per type ([`crate::demand`]).
     demand: crate::demand::Demand,
+    /// The devices' leases ([`leases`]).
+    leases: leases::Leases,
 }
 
 impl Drop for Engine {
@@ -224,6 +227,7 @@ impl Engine {
     /// starts nothing: [`Engine::restore`] does, in boot order.
     pub fn new(host: Host) -> EngineResult<Self> {
         let demand = crate::demand::Demand::load(&host);
+        let leases = leases::Leases::load(&host);
         let engine = Engine {
             host,
             gpus: RwLock::new(BTreeMap::new()),
@@ -241,6 +245,7 @@ impl Engine {
                 "no NVML backend was configured",
             )),
             demand,
+            leases,
         };
         engine.rescan_gpus()?;
         // A GPU recorded in heterogeneous mode whose VFs are enabled is still in it (only a

@@ -79,6 +79,9 @@ pub struct CreateRequest {
     /// A MIG-backed vGPU may get a GPU instance made for it when none of its profile is
     /// free (destroyed again with the device).
     pub create_instance: bool,
+    /// Reclaim the device once the libvirt domain its owner names has not been running for
+    /// this many seconds ([`super::leases`]).
+    pub lease_s: Option<u64>,
 }
 
 impl Default for CreateRequest {
@@ -97,6 +100,7 @@ impl Default for CreateRequest {
             numa_node: None,
             exist_ok: false,
             create_instance: true,
+            lease_s: None,
         }
     }
 }
@@ -144,6 +148,20 @@ impl CreateRequest {
             return Err(EngineError::InvalidArgument(
                 "autostart needs a persistent device: give \"autostart\": false with \"persistent\": false".into(),
             ));
+        }
+        if let Some(lease) = self.lease_s {
+            if !(1..=super::leases::MAX_LEASE_S).contains(&lease) {
+                return Err(EngineError::InvalidArgument(format!(
+                    "lease_s is {lease}: 1 to {} seconds",
+                    super::leases::MAX_LEASE_S
+                )));
+            }
+            if self.owner.is_empty() {
+                return Err(EngineError::InvalidArgument(
+                    "a lease needs an \"owner\": the libvirt domain whose running keeps the device"
+                        .into(),
+                ));
+            }
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! `pool-day`), attaches to any domain while no domain holds it; attaching moves its owner
 //! to the domain.
 
+pub mod reclaim;
 pub mod testing;
 
 use std::sync::Mutex;

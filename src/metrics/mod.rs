@@ -99,6 +99,7 @@ impl Counters {
             Event::DeviceChanged { .. } => "device-changed",
             Event::DeviceRemoved { .. } => "device-removed",
             Event::Drift(_) => "device-drift",
+            Event::DeviceReclaimed { .. } => "device-reclaimed",
             Event::GpuAdded { .. } => "gpu-added",
             Event::GpuChanged { .. } => "gpu-changed",
             Event::GpuModeChanged { .. } => "gpu-mode-changed",

@@ -161,6 +161,13 @@ pub enum Event {
         /// Detail.
         detail: String,
     },
+    /// `DeviceReclaimed`: a device's lease ran out; it is removed.
+    DeviceReclaimed {
+        /// UUID.
+        uuid: String,
+        /// Why (the domain, its state, how long).
+        reason: String,
+    },
     /// `GpuDrift`: a GPU instance another tool made or destroyed.
     GpuDrift {
         /// GPU.
@@ -207,6 +214,10 @@ impl Event {
             ("org.vgpud1.Manager", "DeviceDrift") => {
                 let (uuid, kind, detail): (String, String, String) = body.deserialize().ok()?;
                 Some(Event::DeviceDrift { uuid, kind, detail })
+            }
+            ("org.vgpud1.Manager", "DeviceReclaimed") => {
+                let (uuid, reason): (String, String) = body.deserialize().ok()?;
+                Some(Event::DeviceReclaimed { uuid, reason })
             }
             ("org.vgpud1.Manager", "GpuDrift") => {
                 let (gpu, kind, detail): (String, String, String) = body.deserialize().ok()?;

@@ -105,6 +105,9 @@ pub trait Manager {
     /// DeviceRemoved(s uuid, o path)
     #[zbus(signal)]
     fn device_removed(&self, uuid: String, path: OwnedObjectPath) -> zbus::Result<()>;
+    /// DeviceReclaimed(s uuid, s reason): a device's lease ran out; DeviceRemoved follows.
+    #[zbus(signal)]
+    fn device_reclaimed(&self, uuid: String, reason: String) -> zbus::Result<()>;
     /// DeviceDrift(s uuid, s event, s detail)
     #[zbus(signal)]
     fn device_drift(&self, uuid: String, event: String, detail: String) -> zbus::Result<()>;

@@ -331,6 +331,9 @@ pub struct CreateArgs {
     /// MIG-backed types: do not make a GPU instance, use a free one.
     #[arg(long)]
     pub no_create_instance: bool,
+    /// Reclaim the device once the domain named by --owner has not run for this long.
+    #[arg(long, value_name = "SECONDS", requires = "owner")]
+    pub lease: Option<u32>,
 }
 
 /// `domain`.

@@ -500,6 +500,7 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
             if a.no_create_instance {
                 o = o.bool("create_instance", false);
             }
+            o = o.u32_opt("lease_s", a.lease);
             let (uuid, path) = client.create_device(&a.r#type, &o).await?;
             if j {
                 json(&done(&[("uuid", uuid.into()), ("path", path.into())]))?
@@ -1152,6 +1153,7 @@ fn event_line(e: &Event) -> String {
         Event::DeviceDrift { uuid, kind, detail } => {
             format!("device-drift {uuid} {kind} {detail}")
         }
+        Event::DeviceReclaimed { uuid, reason } => format!("device-reclaimed {uuid} {reason}"),
         Event::GpuDrift { gpu, kind, detail } => format!("gpu-drift {gpu} {kind} {detail}"),
         Event::PropertiesChanged {
             path,
