@@ -123,6 +123,39 @@ pub enum BusChoice {
     Session,
     /// A bus address (`unix:path=...`).
     Address(String),
+    /// The system bus of another host, `[USER@]HOST`, over ssh and systemd-stdio-bridge (as
+    /// `busctl -H` reaches it).
+    Host(String),
+}
+
+/// The longest `[USER@]HOST` taken.
+pub const MAX_HOST_LEN: usize = 255;
+
+/// The D-Bus address that reaches the system bus of `host` (`[USER@]HOST`) as `busctl -H`
+/// does: `ssh -xT -- HOST systemd-stdio-bridge`, run by the client (`unixexec:`). A host that
+/// is empty, too long, or has a byte no host or user name has, is `InvalidArgument`.
+pub fn ssh_address(host: &str) -> Result<String> {
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-_.@:[]%".contains(&b);
+    if host.is_empty() || host.len() > MAX_HOST_LEN || !host.bytes().all(plain) {
+        return Err(Error::InvalidArgument(format!(
+            "{:?} is not [USER@]HOST (letters, digits and -_.@:[]%, at most {MAX_HOST_LEN} bytes)",
+            host.chars().take(64).collect::<String>()
+        )));
+    }
+    // D-Bus address values escape every byte but [-0-9A-Za-z_/.\*] as %XX.
+    let escaped: String = host
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_/.\\*".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02x}")
+            }
+        })
+        .collect();
+    Ok(format!(
+        "unixexec:path=ssh,argv1=-xT,argv2=--,argv3={escaped},argv4=systemd-stdio-bridge"
+    ))
 }
 
 /// A connection to vgpud with a proxy of each singleton interface.
@@ -245,6 +278,11 @@ impl Client {
             BusChoice::Session => Connection::session().await?,
             BusChoice::Address(a) => {
                 zbus::connection::Builder::address(a.as_str())
+                    .build()
+                    .await?
+            }
+            BusChoice::Host(h) => {
+                zbus::connection::Builder::address(ssh_address(h)?.as_str())
                     .build()
                     .await?
             }

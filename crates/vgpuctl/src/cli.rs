@@ -33,6 +33,16 @@ pub struct Cli {
     /// Reach vgpud on the bus at this address (`unix:path=/run/...`).
     #[arg(long, global = true, value_name = "ADDR", help_heading = GLOBAL)]
     pub address: Option<String>,
+    /// Reach vgpud on the system bus of another host, over ssh (as `busctl -H`).
+    #[arg(
+        long,
+        short = 'H',
+        global = true,
+        value_name = "[USER@]HOST",
+        conflicts_with_all = ["session", "address", "system"],
+        help_heading = GLOBAL
+    )]
+    pub host: Option<String>,
     /// Print JSON (one document; `watch`: one object a line) instead of tables.
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,

@@ -57,10 +57,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let bus = match (&cli.address, cli.session) {
-        (Some(a), _) => BusChoice::Address(a.clone()),
-        (None, true) => BusChoice::Session,
-        (None, false) => BusChoice::System,
+    let bus = match (&cli.host, &cli.address, cli.session) {
+        (Some(h), _, _) => BusChoice::Host(h.clone()),
+        (None, Some(a), _) => BusChoice::Address(a.clone()),
+        (None, None, true) => BusChoice::Session,
+        (None, None, false) => BusChoice::System,
     };
     match runtime.block_on(run(cli, &bus)) {
         Ok(code) => ExitCode::from(code),
@@ -94,6 +95,7 @@ fn bus_words(bus: &BusChoice) -> String {
                 .unwrap_or_else(|| "DBUS_SESSION_BUS_ADDRESS is not set".into())
         ),
         BusChoice::Address(a) => format!("the bus at {a}"),
+        BusChoice::Host(h) => format!("the system bus of {h} (over ssh)"),
     }
 }
 
@@ -105,6 +107,7 @@ fn unreachable(e: &Error, bus: &BusChoice) -> Option<String> {
         BusChoice::System => "If vgpud serves another bus, name it: --session, or --address ADDRESS",
         BusChoice::Session => "Unless told otherwise, vgpud serves the system bus: leave out --session, or name its bus with --address ADDRESS",
         BusChoice::Address(_) => "Without --address, vgpuctl asks the system bus (with --session, the session bus)",
+        BusChoice::Host(_) => "vgpuctl runs `ssh -xT -- HOST systemd-stdio-bridge`: HOST must let you in without a password prompt and have systemd",
     };
     match e {
         Error::NotRunning { name, .. }
@@ -177,6 +180,7 @@ fn socket_of(bus: &BusChoice) -> Option<String> {
             .unwrap_or_else(|| SYSTEM_BUS.into()),
         BusChoice::Session => std::env::var("DBUS_SESSION_BUS_ADDRESS").ok()?,
         BusChoice::Address(a) => a.clone(),
+        BusChoice::Host(_) => return None,
     };
     let rest = address.split(';').next()?.strip_prefix("unix:")?;
     rest.split(',')
