@@ -1362,3 +1362,102 @@ async fn layouts_are_listed_compared_planned_applied_and_refused() {
         .replace(&root, "<root>"),
     );
 }
+
+/// `vgpuctl export nova` is nova.conf as Python's configparser (oslo.config's format) reads
+/// it, naming the types of the devices vgpud made and the GPUs that hold them; `export
+/// placement` is the inventory per GPU.
+#[tokio::test]
+async fn export_nova_and_placement_describe_the_devices_made() {
+    let s = Setup::new(&["nvidia-turing"]).await;
+    let gpus = s.gpus_with_driver("nvidia").await;
+    let (first, second) = (gpus[0].as_str(), gpus[1].as_str());
+    for _ in 0..2 {
+        ok(&s, &["create", "RTX6000-4Q", "--parent", first]);
+    }
+    let type_of = |short: &str| {
+        json(&s, &["types"])
+            .as_array()
+            .expect("types")
+            .iter()
+            .find(|t| t["gpu"] == first && t["name"].as_str().is_some_and(|n| n.ends_with(short)))
+            .map(|t| t["id"].as_str().expect("id").to_string())
+            .expect("the type")
+    };
+    let (q4, q2) = (type_of("RTX6000-4Q"), type_of("RTX6000-2Q"));
+    let conf = ok(&s, &["export", "nova", "--type", "RTX6000-2Q"]);
+    const READ: &str = r#"
+import configparser, json, sys
+c = configparser.ConfigParser(interpolation=None)
+c.read_string(sys.stdin.read())
+print(json.dumps({s: dict(c[s]) for s in c.sections()}))
+"#;
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", READ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(conf.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("configparser");
+    assert!(out.status.success(), "configparser refused:\n{conf}");
+    let sections: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut enabled: Vec<String> = sections["devices"]["enabled_mdev_types"]
+        .as_str()
+        .expect("enabled_mdev_types")
+        .split(", ")
+        .map(str::to_string)
+        .collect();
+    enabled.sort();
+    let mut want = vec![q4.clone(), q2.clone()];
+    want.sort();
+    assert_eq!(enabled, want, "{conf}");
+    assert_eq!(
+        sections[format!("mdev_{q4}")]["device_addresses"],
+        first,
+        "{conf}"
+    );
+    assert_eq!(
+        sections[format!("mdev_{q2}")]["device_addresses"],
+        second,
+        "the GPU without devices serves the type asked for: {conf}"
+    );
+
+    let placement = json(&s, &["export", "placement", "--node", "compute-7"]);
+    let providers = placement["resource_providers"]
+        .as_array()
+        .expect("providers");
+    assert_eq!(
+        providers.len(),
+        1,
+        "only the GPU with devices, without --type: {placement:#}"
+    );
+    let p = &providers[0];
+    assert_eq!(
+        p["name"],
+        format!("compute-7_pci_{}", first.replace([':', '.'], "_"))
+    );
+    let available = json(&s, &["types"])
+        .as_array()
+        .expect("types")
+        .iter()
+        .find(|t| t["gpu"] == first && t["id"] == q4.as_str())
+        .and_then(|t| t["available"].as_u64())
+        .expect("available");
+    assert_eq!(
+        p["inventories"]["VGPU"]["total"],
+        available + 2,
+        "made plus what can still be made"
+    );
+    assert!(
+        p["traits"][0]
+            .as_str()
+            .is_some_and(|t| t.starts_with("CUSTOM_") && t.ends_with("RTX6000_4Q")),
+        "{p}"
+    );
+}

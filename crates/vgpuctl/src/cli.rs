@@ -210,6 +210,12 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         numa_node: Option<u32>,
     },
+    /// What vgpud made here, for OpenStack Nova (nova.conf) or Placement.
+    Export {
+        /// `nova` or `placement`.
+        #[command(subcommand)]
+        what: ExportCommand,
+    },
     /// What was asked for of a type (GetDemand), or its forecast (GetForecast).
     Demand {
         /// Type id, name, or `passthrough`.
@@ -286,6 +292,26 @@ pub enum Command {
     },
     /// Print the man page (roff).
     Man,
+}
+
+/// `export`.
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// nova.conf's [devices] and [mdev_<type>] sections for the mdevs vgpud made here.
+    Nova {
+        /// Also serve this type on GPUs without devices (id, name or short name; repeatable).
+        #[arg(long = "type", value_name = "TYPE")]
+        types: Vec<String>,
+    },
+    /// The inventory as OpenStack Placement would hold it, as JSON: a provider per GPU.
+    Placement {
+        /// The compute node's name in Placement (default: the host's name).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Also serve this type on GPUs without devices (repeatable).
+        #[arg(long = "type", value_name = "TYPE")]
+        types: Vec<String>,
+    },
 }
 
 /// `gpus show`.

@@ -2,6 +2,7 @@
 //! (`vgpud-client`). Tables by default, `--json` everywhere; exit codes by error class.
 
 mod cli;
+mod export;
 mod man;
 mod output;
 
@@ -211,6 +212,17 @@ fn emit_bytes(bytes: &[u8]) -> bool {
 }
 
 /// A JSON document, pretty, with a final newline.
+/// The compute node's name for Placement: the host `--host` names (without its user), else
+/// this machine's name.
+fn node_name(host: Option<&str>) -> String {
+    match host {
+        Some(h) => h.rsplit_once('@').map_or(h, |(_, name)| name).to_string(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into()),
+    }
+}
+
 /// `vgpuctl demand TYPE`: the demand of the last `hours`, a row per `step_min` minutes.
 async fn demand(client: &Client, ty: &str, hours: u64, step_min: u64, j: bool) -> Result<String> {
     let to = std::time::SystemTime::now()
@@ -420,6 +432,7 @@ fn done(pairs: &[(&str, serde_json::Value)]) -> BTreeMap<String, serde_json::Val
 async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
     let client = Client::connect(bus).await?;
     let j = cli.json;
+    let cli_host = cli.host.clone();
     let say = Say {
         json: j,
         quiet: cli.quiet,
@@ -619,6 +632,28 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
         }
         Command::Attach(a) => attachment(&client, say, a, true).await?,
         Command::Detach(a) => attachment(&client, say, a, false).await?,
+        Command::Export { what } => {
+            let tree = client.tree().await?;
+            let types = client.list_types().await?;
+            match what {
+                cli::ExportCommand::Nova { types: wanted } => {
+                    export::nova(&tree.gpus, &tree.devices, &types, &wanted)
+                }
+                cli::ExportCommand::Placement {
+                    node,
+                    types: wanted,
+                } => {
+                    let node = node.unwrap_or_else(|| node_name(cli_host.as_deref()));
+                    json(&export::placement(
+                        &node,
+                        &tree.gpus,
+                        &tree.devices,
+                        &types,
+                        &wanted,
+                    ))?
+                }
+            }
+        }
         Command::Demand {
             r#type,
             hours,
