@@ -14,6 +14,8 @@ use std::sync::Arc;
 
 use crate::simulate::Simulator;
 
+pub mod uevent;
+
 /// An error of host access, naming the path and carrying the OS error.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
