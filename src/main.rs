@@ -24,10 +24,22 @@ struct Cli {
     /// Serve on the session bus instead of the system bus.
     #[arg(long)]
     session: bool,
-    /// How often vgpud looks at the host for devices changed behind its back and GPUs that
-    /// came or went, in milliseconds.
+    /// How often vgpud checkpoints its journal, and, when it cannot listen to the kernel's
+    /// uevents, how often it looks at the whole host instead, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     poll_interval_ms: u64,
+    /// The least time between two full looks at the host made because uevents were lost
+    /// (the uevent socket overran), in seconds.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    full_look_interval_s: u64,
+    /// How often NVML is read for MIG-capable GPUs, to see GPU instances made by other
+    /// tools (nvidia-smi), in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    nvml_interval_s: u64,
+    /// Do not listen to the kernel's uevents: look at the whole host every
+    /// --poll-interval-ms instead.
+    #[arg(long)]
+    no_uevents: bool,
     /// How long the restore at start waits for the parents of persistent devices, in
     /// seconds.
     #[arg(long, value_name = "S", default_value_t = 30)]
@@ -172,6 +184,9 @@ fn main() -> ExitCode {
                 simulate: cli.simulate,
                 bus,
                 poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
+                full_look_interval: std::time::Duration::from_secs(cli.full_look_interval_s),
+                nvml_interval: std::time::Duration::from_secs(cli.nvml_interval_s.max(1)),
+                no_uevents: cli.no_uevents,
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
                 libvirt_uri: cli
                     .libvirt_uri
