@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod golden;
 pub mod introspection;
 pub mod libvirt;
+pub mod metrics;
 pub mod nvml;
 pub mod proxy;
 pub mod setup;
