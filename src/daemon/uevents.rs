@@ -137,8 +137,18 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
     let marker = listener.overrun_marker.clone();
     let mut last_look: Option<Instant> = None;
     let mut look_owed = false;
+    // Events that wait for vgpud's own operations to end, retried in order.
+    let mut deferred: Vec<Uevent> = Vec::new();
     loop {
-        let first = if look_owed {
+        let first = if !deferred.is_empty() {
+            match tokio::time::timeout(RETRY, rx.recv()).await {
+                Ok(m) => m,
+                Err(_) => {
+                    deferred = apply_batch(&engine, std::mem::take(&mut deferred)).await;
+                    continue;
+                }
+            }
+        } else if look_owed {
             let due = last_look.map_or(Duration::ZERO, |t| {
                 full_look_interval.saturating_sub(t.elapsed())
             });
@@ -165,27 +175,16 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
             }
         }
         let mut overran = batch.iter().any(|m| matches!(m, Message::Overrun));
-        let events: Vec<Uevent> = batch
-            .into_iter()
-            .filter_map(|m| match m {
-                Message::Event(ev) => Some(ev),
-                Message::Overrun => None,
-            })
-            .collect();
-        if !events.is_empty() {
-            let e = engine.clone();
-            let applied = tokio::task::spawn_blocking(move || {
-                e.events().batch(|| {
-                    for ev in &events {
-                        apply(&e, ev);
-                    }
-                });
-                e.warm_types();
-            })
-            .await;
-            if let Err(e) = applied {
-                tracing::error!(error = %e, "the uevent task failed");
-            }
+        let mut events = std::mem::take(&mut deferred);
+        events.extend(batch.into_iter().filter_map(|m| match m {
+            Message::Event(ev) => Some(ev),
+            Message::Overrun => None,
+        }));
+        deferred = apply_batch(&engine, events).await;
+        if deferred.len() > MAX_DEFERRED {
+            // An operation that does not end: what waits is dropped, and looked for again.
+            deferred.clear();
+            overran = true;
         }
         // The simulated kernel's ENOBUFS: taken away before the look, so that an event lost
         // during the look is seen again.
@@ -212,11 +211,50 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
     }
 }
 
-/// Applies one uevent and says in the log what it led to.
-fn apply(engine: &Engine, ev: &Uevent) {
+/// The most events kept waiting for vgpud's own operations.
+const MAX_DEFERRED: usize = 4096;
+
+/// How soon an event deferred for an operation of vgpud's own is tried again.
+const RETRY: Duration = Duration::from_millis(20);
+
+/// Applies `events` in order; returns those deferred (from the first one deferred on: the
+/// order of a device's events is kept).
+async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
+    if events.is_empty() {
+        return events;
+    }
+    let e = engine.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        let mut rest = Vec::new();
+        e.events().batch(|| {
+            let mut events = events.into_iter();
+            for ev in events.by_ref() {
+                if !apply(&e, &ev) {
+                    rest.push(ev);
+                    break;
+                }
+            }
+            rest.extend(events);
+        });
+        e.warm_types();
+        rest
+    })
+    .await;
+    applied.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the uevent task failed");
+        Vec::new()
+    })
+}
+
+/// Applies one uevent and says in the log what it led to; `false` when it was deferred.
+fn apply(engine: &Engine, ev: &Uevent) -> bool {
     let subsystem = ev.subsystem().unwrap_or_default();
     let seqnum = ev.seqnum().unwrap_or_default();
     match engine.apply_uevent(ev) {
+        Ok(crate::engine::uevents::UeventUpdate::Deferred) => {
+            tracing::debug!(seqnum, action = %ev.action, %subsystem, devpath = %ev.devpath, "uevent deferred until vgpud's own operation is done");
+            return false;
+        }
         Ok(update) => {
             crate::metrics::counters().uevent(subsystem, &ev.action);
             let quiet = matches!(
@@ -237,4 +275,5 @@ fn apply(engine: &Engine, ev: &Uevent) {
             tracing::warn!(seqnum, action = %ev.action, %subsystem, devpath = %ev.devpath, error = %e, "could not apply a uevent")
         }
     }
+    true
 }

@@ -34,6 +34,9 @@ pub enum UeventUpdate {
         /// vgpud devices on the function read again.
         devices: usize,
     },
+    /// To be applied again once vgpud's own operations in flight are done (they publish
+    /// the state they leave; a reading in the middle would publish one they pass through).
+    Deferred,
     /// Nothing vgpud manages.
     Ignored,
 }
@@ -50,6 +53,7 @@ impl std::fmt::Display for UeventUpdate {
                 f,
                 "GPUs read again (added {added:?}, removed {removed:?}); {devices} device(s) on the function read again"
             ),
+            UeventUpdate::Deferred => f.write_str("deferred until vgpud's own operation is done"),
             UeventUpdate::Ignored => f.write_str("nothing vgpud manages"),
         }
     }
@@ -160,15 +164,51 @@ impl Engine {
         if !relevant && on_devices.is_empty() {
             return Ok(UeventUpdate::Ignored);
         }
+        // An operation of vgpud's own on that GPU (a passthrough taking or giving back its
+        // functions) holds the GPU's lock and publishes its outcome itself: a reading in the
+        // middle of it would publish a state it only passes through. The reading waits for
+        // it, and no operation starts on the GPU while the reading runs.
+        let mut gpus: BTreeSet<String> = [self.gpu_of_parent(function)].into_iter().collect();
+        {
+            let reg = lock(&self.registry);
+            gpus.extend(
+                on_devices
+                    .iter()
+                    .filter_map(|u| reg.devices.get(u).map(|d| self.gpu_of_parent(&d.parent))),
+            );
+        }
+        let mut locks: Vec<std::sync::Arc<std::sync::Mutex<()>>> = Vec::new();
+        for l in gpus.iter().filter_map(|g| self.gpu_lock(g)) {
+            // A VF shares its GPU's lock.
+            if !locks.iter().any(|k| std::sync::Arc::ptr_eq(k, &l)) {
+                locks.push(l);
+            }
+        }
+        let held: Vec<_> = locks.iter().map(|l| lock(l)).collect();
+        // An operation that moved functions publishes the GPU with its device once it is
+        // done, after the GPU's lock: until then the event waits.
+        let busy = {
+            let reg = lock(&self.registry);
+            reg.in_flight.iter().any(|u| match reg.devices.get(u) {
+                Some(d) => d.kind != DeviceKind::Mdev && gpus.contains(&self.gpu_of_parent(&d.parent)),
+                // A create: its GPU is not known yet.
+                None => true,
+            })
+        };
+        if busy {
+            return Ok(UeventUpdate::Deferred);
+        }
         let (added, removed) = self.rescan_gpus()?;
         self.forget_types_of(function);
+        // (A look takes the GPUs' locks after its own: released first.)
+        drop(held);
         // NVML's view of that GPU may have changed with it (a driver bound or gone).
         self.refresh_nvidia_of(&self.gpu_of_parent(function));
-        let mut changes = DeviceChanges::default();
-        self.start_autostart_of(&added, &mut changes);
         if !on_devices.is_empty() {
             self.refresh_pci_devices(&on_devices)?;
         }
+        let mut changes = DeviceChanges::default();
+        self.start_autostart_of(&added, &mut changes);
         Ok(UeventUpdate::Gpus {
             added,
             removed,
