@@ -74,6 +74,8 @@ impl Engine {
                 Ok(UeventUpdate::Device { uuid, change })
             }
             Some("pci") => self.pci_uevent(ev),
+            // A parent of another bus or class (mtty's) registering or going.
+            _ if ev.get("MDEV_STATE").is_some() => self.pci_uevent(ev),
             _ => Ok(UeventUpdate::Ignored),
         }
     }

@@ -569,9 +569,7 @@ fn nvidia_probe(roots: &Roots, dev: &Path) -> io::Result<()> {
                 .to_string_lossy()
                 .into_owned();
             let types = super::profiles::nvidia_board_types(board);
-            write_mdev_parent(&tree, &rel, &bdf_of(dev), NVIDIA_MDEV_DRIVER, &types).map_err(sim_io)?;
-            super::uevent::parent_state(roots, dev, true);
-            Ok(())
+            write_mdev_parent(&tree, &rel, &bdf_of(dev), NVIDIA_MDEV_DRIVER, &types).map_err(sim_io)
         }
         (NvidiaScheme::VendorVfio, true) => {
             let dir = dev.join("nvidia");

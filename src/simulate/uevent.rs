@@ -47,14 +47,24 @@ pub(crate) fn mdev_removed(roots: &Roots, dev: &Path, type_id: Option<&str>) {
     emit(roots, "remove", dev, "mdev", &ty);
 }
 
-/// A parent's registration with mdev_core changed: `change` with `MDEV_STATE`.
+/// A parent's registration with mdev_core changed: `change` with `MDEV_STATE`, in the
+/// parent's own subsystem (`pci`, or a class such as mtty's).
 pub(crate) fn parent_state(roots: &Roots, dev: &Path, registered: bool) {
     let state = if registered {
         "registered"
     } else {
         "unregistered"
     };
-    emit(roots, "change", dev, "pci", &[("MDEV_STATE", state)]);
+    let subsystem = super::fsx::link_basename(&dev.join("subsystem"));
+    let subsystem = subsystem.as_deref().unwrap_or("pci");
+    emit(roots, "change", dev, subsystem, &[("MDEV_STATE", state)]);
+}
+
+/// A parent registered on the host at `root` (a driver loaded, a profile written).
+pub(crate) fn registered(root: &Path, dev: &Path) {
+    if let (Ok(roots), Ok(dev)) = (Roots::new(root), fs::canonicalize(dev)) {
+        parent_state(&roots, &dev, true);
+    }
 }
 
 /// A PCI function bound to a driver (`Some`), or unbound.
