@@ -93,7 +93,7 @@ async fn a_device_made_and_removed_by_another_process_is_announced_within_a_seco
         log.lines().any(|l| l.contains("uevent")
             && l.contains("action=add")
             && l.contains("subsystem=mdev")
-            && l.contains(&id)),
+            && l.contains(&format!("device {id} read again: added"))),
         "the log names the uevent:\n{log}"
     );
 
@@ -103,10 +103,14 @@ async fn a_device_made_and_removed_by_another_process_is_announced_within_a_seco
         .expect("DeviceRemoved within 1 s of the write")
         .expect("stream");
     assert_eq!(sig.args().expect("args").uuid, id);
+    // The first of its uevents read after the removal (the add's bind, when the removal
+    // came that soon; else its unbind or remove) finds it gone: a uevent says where to look,
+    // the host says what is there.
     let log = s.daemon.log_text();
     assert!(
-        log.lines()
-            .any(|l| l.contains("action=remove") && l.contains(&id)),
+        log.lines().any(|l| l.contains("uevent")
+            && l.contains("subsystem=mdev")
+            && l.contains(&format!("device {id} read again: removed"))),
         "{log}"
     );
     assert_eq!(all_full_looks(&addr), looks, "no full look was needed");
@@ -139,6 +143,34 @@ async fn list_devices_answers_from_memory() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!listed(&m).await.contains(&id), "listed without a uevent");
 
+    // Capacity too: a figure changed in the tree with a plain write (no event) is not seen
+    // by ListTypes or GetCapacity.
+    let available = |types: &[(String, String, String, u64, u32, u32)]| {
+        types
+            .iter()
+            .find(|t| t.0 == "mtty" && t.1 == "mtty-1")
+            .map(|t| t.5)
+            .expect("mtty-1 listed")
+    };
+    let known = available(&m.list_types().await.expect("ListTypes"));
+    let capacity = m
+        .get_capacity("mtty-1", common::proxy::opts(&[]))
+        .await
+        .expect("GetCapacity");
+    assert_eq!(capacity, known);
+    std::fs::write(
+        s.host.path("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/available_instances"),
+        "3\n",
+    )
+    .expect("plain write");
+    assert_eq!(available(&m.list_types().await.expect("ListTypes")), known);
+    assert_eq!(
+        m.get_capacity("mtty-1", common::proxy::opts(&[]))
+            .await
+            .expect("GetCapacity"),
+        known
+    );
+
     // Its uevent (as the kernel would have sent it) makes vgpud read that one device.
     let (socket, _) = vgpud::simulate::uevent::paths(&s.host.root);
     let devpath = format!("/devices/virtual/mtty/mtty/{id}");
@@ -155,6 +187,8 @@ async fn list_devices_answers_from_memory() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(all_full_looks(&addr), before, "one device read, no full look");
+    // And its parent's types again.
+    assert_eq!(available(&m.list_types().await.expect("ListTypes")), 3);
     assert!(sample(&addr, "vgpud_uevents_total{subsystem=\"mdev\",action=\"add\"}") >= 1.0);
 }
 
