@@ -24,7 +24,10 @@ async fn setup(profiles: &[&str]) -> (Setup, String) {
 
 /// How many full looks vgpud made for `reason`.
 fn full_looks(addr: &str, reason: &str) -> f64 {
-    sample(addr, &format!("vgpud_full_looks_total{{reason=\"{reason}\"}}"))
+    sample(
+        addr,
+        &format!("vgpud_full_looks_total{{reason=\"{reason}\"}}"),
+    )
 }
 
 /// Every full look vgpud made, whatever the reason.
@@ -67,7 +70,10 @@ async fn a_device_made_and_removed_by_another_process_is_announced_within_a_seco
         .build()
         .await
         .expect("ObjectManager");
-    let mut added = om.receive_interfaces_added().await.expect("InterfacesAdded");
+    let mut added = om
+        .receive_interfaces_added()
+        .await
+        .expect("InterfacesAdded");
     let looks = all_full_looks(&addr);
 
     let id = uuid(1);
@@ -159,7 +165,8 @@ async fn list_devices_answers_from_memory() {
         .expect("GetCapacity");
     assert_eq!(capacity, known);
     std::fs::write(
-        s.host.path("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/available_instances"),
+        s.host
+            .path("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/available_instances"),
         "3\n",
     )
     .expect("plain write");
@@ -186,10 +193,19 @@ async fn list_devices_answers_from_memory() {
         assert!(Instant::now() < deadline, "not listed after its uevent");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(all_full_looks(&addr), before, "one device read, no full look");
+    assert_eq!(
+        all_full_looks(&addr),
+        before,
+        "one device read, no full look"
+    );
     // And its parent's types again.
     assert_eq!(available(&m.list_types().await.expect("ListTypes")), 3);
-    assert!(sample(&addr, "vgpud_uevents_total{subsystem=\"mdev\",action=\"add\"}") >= 1.0);
+    assert!(
+        sample(
+            &addr,
+            "vgpud_uevents_total{subsystem=\"mdev\",action=\"add\"}"
+        ) >= 1.0
+    );
 }
 
 #[tokio::test]
@@ -213,7 +229,10 @@ async fn lost_uevents_lead_to_exactly_one_full_look_and_nothing_is_missed() {
         external_write(&s, MTTY_CREATE, id);
     }
     signal("-CONT");
-    assert!(marker.exists() || full_looks(&addr, "overrun") > 0.0, "the queue overran");
+    assert!(
+        marker.exists() || full_looks(&addr, "overrun") > 0.0,
+        "the queue overran"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now = listed(&m).await;
@@ -253,7 +272,10 @@ async fn a_driver_unbind_and_bind_behind_vgpuds_back_is_seen_through_its_uevent(
         if driver_of(&gpus).as_deref() != Some("nvidia") {
             break;
         }
-        assert!(Instant::now() < deadline, "the unbind was not seen in 1 s: {gpus:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the unbind was not seen in 1 s: {gpus:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     external_write(&s, "sys/bus/pci/drivers/nvidia/bind", gpu);
@@ -263,7 +285,10 @@ async fn a_driver_unbind_and_bind_behind_vgpuds_back_is_seen_through_its_uevent(
         if driver_of(&gpus).as_deref() == Some("nvidia") {
             break;
         }
-        assert!(Instant::now() < deadline, "the bind was not seen in 1 s: {gpus:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the bind was not seen in 1 s: {gpus:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let log = s.daemon.log_text();

@@ -80,9 +80,23 @@ pub(super) async fn full_look(engine: &Arc<Engine>, reason: &'static str) {
                 changes.updated.len(),
             );
             if reason == "no-listener" {
-                tracing::debug!(reason, added, removed, updated, elapsed_ms, "full look at the host");
+                tracing::debug!(
+                    reason,
+                    added,
+                    removed,
+                    updated,
+                    elapsed_ms,
+                    "full look at the host"
+                );
             } else {
-                tracing::info!(reason, added, removed, updated, elapsed_ms, "full look at the host");
+                tracing::info!(
+                    reason,
+                    added,
+                    removed,
+                    updated,
+                    elapsed_ms,
+                    "full look at the host"
+                );
             }
         }
         Ok(Err(e)) => tracing::warn!(reason, error = %e, "could not look at the host"),

@@ -192,7 +192,9 @@ impl Engine {
         let busy = {
             let reg = lock(&self.registry);
             reg.in_flight.iter().any(|u| match reg.devices.get(u) {
-                Some(d) => d.kind != DeviceKind::Mdev && gpus.contains(&self.gpu_of_parent(&d.parent)),
+                Some(d) => {
+                    d.kind != DeviceKind::Mdev && gpus.contains(&self.gpu_of_parent(&d.parent))
+                }
                 // A create: its GPU is not known yet.
                 None => true,
             })

@@ -93,7 +93,9 @@ pub fn parse(buf: &[u8]) -> Result<Option<Uevent>, UeventError> {
     if env.get("ACTION").is_some_and(|a| a != action)
         || env.get("DEVPATH").is_some_and(|d| d != devpath)
     {
-        return Err(UeventError::Malformed("the header and ACTION/DEVPATH differ"));
+        return Err(UeventError::Malformed(
+            "the header and ACTION/DEVPATH differ",
+        ));
     }
     if devpath.split('/').any(|c| c == "..") {
         return Err(UeventError::Malformed("a DEVPATH with .."));
@@ -126,7 +128,9 @@ mod tests {
         assert_eq!(ev.name(), "c0a8e8e2-1c26-4f0e-9f5e-5d5bb0b4a1d1");
         assert_eq!(ev.parent_name(), Some("0000:03:00.0"));
 
-        let ev = parse(REGISTERED).expect("parses").expect("a kernel message");
+        let ev = parse(REGISTERED)
+            .expect("parses")
+            .expect("a kernel message");
         assert_eq!(ev.action, "change");
         assert_eq!(ev.get("MDEV_STATE"), Some("registered"));
         assert_eq!(ev.get("DRIVER"), Some("nvidia"));

@@ -88,8 +88,15 @@ pub(crate) fn pci_device(roots: &Roots, dev: &Path, added: bool) {
 }
 
 /// The message the kernel sends, for the device at `dev` (a directory below `roots.sys`).
-pub(crate) fn message(action: &str, devpath: &str, subsystem: &str, extra: &[(&str, &str)], seqnum: u64) -> Vec<u8> {
-    let mut out = format!("{action}@{devpath}\0ACTION={action}\0DEVPATH={devpath}\0SUBSYSTEM={subsystem}\0");
+pub(crate) fn message(
+    action: &str,
+    devpath: &str,
+    subsystem: &str,
+    extra: &[(&str, &str)],
+    seqnum: u64,
+) -> Vec<u8> {
+    let mut out =
+        format!("{action}@{devpath}\0ACTION={action}\0DEVPATH={devpath}\0SUBSYSTEM={subsystem}\0");
     if subsystem == "pci" {
         if let Some(slot) = devpath.rsplit('/').next() {
             out.push_str(&format!("PCI_SLOT_NAME={slot}\0"));
@@ -126,7 +133,8 @@ fn send(roots: &Roots, socket: &Path, message: impl FnOnce(u64) -> Vec<u8>) -> i
         .create(true)
         .truncate(false)
         .open(roots.state.join(SEQNUM))?;
-    let mut file = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+    let mut file =
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;
     let seqnum = text.trim().parse::<u64>().unwrap_or(0) + 1;
