@@ -301,3 +301,40 @@ async fn a_driver_unbind_and_bind_behind_vgpuds_back_is_seen_through_its_uevent(
     }
     assert_eq!(all_full_looks(&addr), looks, "no full look was needed");
 }
+
+#[tokio::test]
+async fn without_a_uevent_socket_vgpud_looks_at_the_whole_host_periodically() {
+    let s = Setup::with_args(
+        &["mtty"],
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--no-uevents",
+            "--poll-interval-ms",
+            "100",
+        ],
+    )
+    .await;
+    let addr = listener(&s);
+    let m = s.manager().await;
+    let log = s.daemon.log_text();
+    assert!(log.contains("cannot listen to uevents"), "{log}");
+    let id = uuid(3);
+    external_write(&s, MTTY_CREATE, &id);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !listed(&m).await.contains(&id) {
+        assert!(
+            Instant::now() < deadline,
+            "the periodic look did not find it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(full_looks(&addr, "no-listener") >= 1.0);
+    assert_eq!(
+        sample(
+            &addr,
+            "vgpud_uevents_total{subsystem=\"mdev\",action=\"add\"}"
+        ),
+        0.0
+    );
+}

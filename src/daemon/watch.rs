@@ -79,16 +79,8 @@ pub(super) async fn full_look(engine: &Arc<Engine>, reason: &'static str) {
                 changes.removed.len(),
                 changes.updated.len(),
             );
-            if reason == "no-listener" {
-                tracing::debug!(
-                    reason,
-                    added,
-                    removed,
-                    updated,
-                    elapsed_ms,
-                    "full look at the host"
-                );
-            } else {
+            // The fallback's periodic looks are logged only when they find something.
+            if reason != "no-listener" || added + removed + updated > 0 {
                 tracing::info!(
                     reason,
                     added,

@@ -384,17 +384,20 @@ impl Engine {
         Ok(types)
     }
 
+    /// The addresses of the physical GPUs.
+    fn physical_addresses(&self) -> Vec<String> {
+        self.gpus()
+            .values()
+            .filter(|e| e.gpu.is_physical())
+            .map(|e| e.gpu.address.clone())
+            .collect()
+    }
+
     /// Reads the types of every physical GPU whose known types were forgotten, so that the
     /// read calls that follow find them in memory. Called off the read path (after a batch
     /// of uevents).
     pub fn warm_types(&self) {
-        let addresses: Vec<String> = self
-            .gpus()
-            .values()
-            .filter(|e| e.gpu.is_physical())
-            .map(|e| e.gpu.address.clone())
-            .collect();
-        for address in addresses {
+        for address in self.physical_addresses() {
             if let Err(e) = self.types_now(&address) {
                 tracing::debug!(gpu = %address, error = %e, "could not read a GPU's types");
             }
@@ -520,14 +523,8 @@ impl Engine {
     /// or the free VFs that list an SR-IOV vGPU type; from memory, read from the host again
     /// only after a change on that GPU.
     pub fn list_types(&self) -> EngineResult<Vec<(String, MdevType)>> {
-        let addresses: Vec<String> = self
-            .gpus()
-            .values()
-            .filter(|e| e.gpu.is_physical())
-            .map(|e| e.gpu.address.clone())
-            .collect();
         let mut out = Vec::new();
-        for address in addresses {
+        for address in self.physical_addresses() {
             for ty in self.types_now(&address)? {
                 out.push((address.clone(), ty));
             }
