@@ -87,6 +87,12 @@ enum Command {
         /// List the profiles and exit.
         #[arg(long)]
         list: bool,
+        /// Write VALUE to PATH (below --root) through the simulated kernel, as `echo VALUE >
+        /// PATH` does on a real host: with the kernel's side effects, its errno, and its
+        /// uevent to a vgpud listening on this tree. A plain write into the tree is a file
+        /// changed, which no kernel sees.
+        #[arg(long, num_args = 2, value_names = ["PATH", "VALUE"], conflicts_with_all = ["profiles", "list"])]
+        poke: Vec<String>,
     },
     /// The libvirt hook (installed in /etc/libvirt/hooks/qemu.d/): creates a domain's vGPUs on
     /// `prepare begin` and removes the transient ones on `release end`, through vgpud on the
@@ -139,7 +145,14 @@ fn init_logging() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::SimHost { profiles, list }) => sim_host(&cli.root, &profiles, list),
+        Some(Command::SimHost {
+            profiles,
+            list,
+            poke,
+        }) => match poke.as_slice() {
+            [path, value] => sim_poke(&cli.root, path, value),
+            _ => sim_host(&cli.root, &profiles, list),
+        },
         Some(Command::NvmlProbe { compare, library }) => {
             let library = library.as_deref().or(cli.nvml_library.as_deref());
             let mut out = std::io::stdout().lock();
@@ -255,6 +268,22 @@ fn main() -> ExitCode {
             // keep a stopped vgpud alive: wait for the others a little, then exit.
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));
             code
+        }
+    }
+}
+
+/// `vgpud sim-host --poke PATH VALUE`: one write through the simulated kernel.
+fn sim_poke(root: &std::path::Path, path: &str, value: &str) -> ExitCode {
+    let rel = path.trim_start_matches('/');
+    if !rel.starts_with("sys/") || rel.split('/').any(|c| c == "..") {
+        eprintln!("vgpud sim-host: --poke takes a path below sys/ of the simulated tree");
+        return ExitCode::from(2);
+    }
+    match vgpud::host::Host::simulated(root).write_attr(&root.join(rel), value) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vgpud sim-host: {e}");
+            ExitCode::FAILURE
         }
     }
 }

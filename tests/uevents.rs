@@ -338,3 +338,32 @@ async fn without_a_uevent_socket_vgpud_looks_at_the_whole_host_periodically() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn a_shell_write_through_sim_host_poke_is_announced_like_the_kernels() {
+    let s = Setup::new(&["mtty"]).await;
+    let m = s.manager().await;
+    let mut created = m.receive_device_created().await.expect("DeviceCreated");
+    let id = uuid(4);
+    let root = s.host.root.display().to_string();
+    let poke = |path: &str, value: &str| {
+        Command::new(common::daemon::vgpud_bin())
+            .args(["--root", &root, "sim-host", "--poke", path, value])
+            .output()
+            .expect("vgpud sim-host --poke")
+    };
+    let out = poke(MTTY_CREATE, &id);
+    assert!(out.status.success(), "{out:?}");
+    let sig = tokio::time::timeout(Duration::from_secs(1), created.next())
+        .await
+        .expect("DeviceCreated within 1 s")
+        .expect("stream");
+    assert_eq!(sig.args().expect("args").uuid, id);
+    // The kernel's errno, as a shell's echo would report it: the UUID exists.
+    let again = poke(MTTY_CREATE, &id);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("File exists"), "{err}");
+    // Only the kernel's files.
+    assert_eq!(poke("etc/passwd", "x").status.code(), Some(2));
+}
