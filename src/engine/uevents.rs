@@ -67,7 +67,7 @@ impl Engine {
                 let Some(uuid) = crate::model::normalize_uuid(ev.name()) else {
                     return Ok(UeventUpdate::Ignored);
                 };
-                let change = self.refresh_device(&uuid, ev.parent_name())?;
+                let change = self.refresh_device(&uuid)?;
                 if let Some(parent) = ev.parent_name() {
                     self.forget_types_of(parent);
                 }
@@ -83,16 +83,11 @@ impl Engine {
     /// Reads one mdev again (sysfs, and its definition when vgpud does not know it) and
     /// applies it as a look would, leaving it alone while an operation of vgpud's own is on
     /// it (that operation publishes its own outcome).
-    fn refresh_device(&self, uuid: &str, parent: Option<&str>) -> EngineResult<&'static str> {
+    fn refresh_device(&self, uuid: &str) -> EngineResult<&'static str> {
         let _one_at_a_time = self.begin_refresh();
         let known = self.device(uuid);
         let active = discovery::read_device(&self.host, uuid)
             .map_err(|e| EngineError::host(format!("reading device {uuid}"), e))?;
-        let parent = active
-            .as_ref()
-            .map(|d| d.parent.clone())
-            .or_else(|| known.as_ref().map(|k| k.parent.clone()))
-            .or_else(|| parent.map(str::to_string));
         let from_disk = |parent: &str| self.info_from_disk(uuid, parent);
         let info = match (active, &known) {
             (Some(dev), Some(k)) => Some(self.describe_active(dev, Some(k))),
@@ -115,7 +110,9 @@ impl Engine {
                         ..k.clone()
                     }),
             ),
-            (None, _) => parent.as_deref().and_then(from_disk),
+            // Gone and not defined, or never known: nothing to list (a definition alone
+            // comes through the definitions' watcher, not a uevent).
+            (None, _) => None,
         };
         let change = match (&known, &info) {
             (None, Some(_)) => "added",
