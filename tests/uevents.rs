@@ -367,3 +367,45 @@ async fn a_shell_write_through_sim_host_poke_is_announced_like_the_kernels() {
     // Only the kernel's files.
     assert_eq!(poke("etc/passwd", "x").status.code(), Some(2));
 }
+
+#[test]
+fn the_real_kernels_uevents_are_read_from_netlink_and_parsed() {
+    const TEST: &str = "the_real_kernels_uevents_are_read_from_netlink_and_parsed";
+    if !common::skip::require_root(TEST, "writes /sys/class/mem/null/uevent") {
+        return;
+    }
+    // The real host's listener (a NETLINK_KOBJECT_UEVENT socket bound to the kernel's group).
+    let listener = match vgpud::daemon::uevents::open(&vgpud::host::Host::new("/")) {
+        Ok(l) => l,
+        Err(e) => return common::skip::cannot_run(TEST, &format!("no uevent socket: {e}")),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; vgpud::host::uevent::MAX_MESSAGE + 1];
+        while let Ok(read) = listener.read(&mut buf) {
+            if tx.send(read).is_err() {
+                return;
+            }
+        }
+    });
+    // A synthetic uevent of a device vgpud never manages: harmless to the host.
+    if let Err(e) = std::fs::write("/sys/class/mem/null/uevent", "change") {
+        return common::skip::cannot_run(TEST, &format!("cannot ask the kernel for a uevent: {e}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(vgpud::daemon::uevents::Read::Event(ev))
+                if ev.devpath == "/devices/virtual/mem/null" =>
+            {
+                assert_eq!(ev.action, "change");
+                assert_eq!(ev.subsystem(), Some("mem"));
+                assert!(ev.seqnum().is_some(), "{ev:?}");
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no uevent of /dev/null within 5 s: {e}"),
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! persistent devices in boot order, export the objects, take the bus name, tell systemd we
 //! are ready, and serve (watching the host) until SIGTERM or SIGINT.
 
-mod uevents;
+pub mod uevents;
 mod watch;
 pub mod watchdog;
 

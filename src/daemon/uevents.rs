@@ -80,26 +80,57 @@ pub fn open(host: &Host) -> std::io::Result<Listener> {
     })
 }
 
+/// What one read of the socket gave.
+#[derive(Debug)]
+pub enum Read {
+    /// A kernel uevent.
+    Event(Uevent),
+    /// A message to drop quietly: udev's, or not from the kernel.
+    Skipped,
+    /// A message that is not a uevent.
+    Refused(uevent::UeventError),
+}
+
+impl Listener {
+    /// Reads one message, waiting for it. `ENOBUFS`: the socket overran, events were lost.
+    pub fn read(&self, buf: &mut [u8]) -> nix::Result<Read> {
+        Ok(match receive(&self.fd, self.netlink, buf)? {
+            Some(n) => match uevent::parse(&buf[..n.min(buf.len())]) {
+                Ok(Some(ev)) => Read::Event(ev),
+                Ok(None) => Read::Skipped,
+                Err(e) => Read::Refused(e),
+            },
+            None => Read::Skipped,
+        })
+    }
+
+    /// The same socket, for a reader of its own.
+    pub fn try_clone(&self) -> std::io::Result<Listener> {
+        Ok(Listener {
+            fd: self.fd.try_clone()?,
+            netlink: self.netlink,
+            overrun_marker: self.overrun_marker.clone(),
+            what: self.what.clone(),
+        })
+    }
+}
+
 /// Reads the socket on a thread of its own until the queue closes. A message that is not a
 /// kernel uevent (too large, malformed, not from the kernel) is dropped with a warning.
 fn spawn_reader(listener: &Listener, tx: mpsc::Sender<Message>) -> std::io::Result<()> {
-    let fd = listener.fd.try_clone()?;
-    let netlink = listener.netlink;
+    let listener = listener.try_clone()?;
     std::thread::Builder::new()
         .name("vgpud-uevents".into())
         .spawn(move || {
             let mut buf = vec![0u8; MAX_MESSAGE + 1];
             loop {
-                let message = match receive(&fd, netlink, &mut buf) {
-                    Ok(Some(n)) => match uevent::parse(&buf[..n]) {
-                        Ok(Some(ev)) => Message::Event(ev),
-                        Ok(None) => continue,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "dropped a uevent");
-                            continue;
-                        }
-                    },
-                    Ok(None) => continue,
+                let message = match listener.read(&mut buf) {
+                    Ok(Read::Event(ev)) => Message::Event(ev),
+                    Ok(Read::Skipped) => continue,
+                    Ok(Read::Refused(e)) => {
+                        tracing::warn!(error = %e, "dropped a uevent");
+                        continue;
+                    }
                     Err(nix::errno::Errno::ENOBUFS) => Message::Overrun,
                     Err(nix::errno::Errno::EINTR) => continue,
                     Err(e) => {
