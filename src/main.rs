@@ -24,14 +24,26 @@ struct Cli {
     /// Serve on the session bus instead of the system bus.
     #[arg(long)]
     session: bool,
-    /// How often vgpud looks at the host for devices changed behind its back and GPUs that
-    /// came or went, in milliseconds.
+    /// How often vgpud checkpoints its journal, and, when it cannot listen to the kernel's
+    /// uevents, how often it looks at the whole host instead, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     poll_interval_ms: u64,
     /// How often the leases of devices are checked against their domains, in seconds
     /// (with no leased device, libvirt is never asked).
     #[arg(long, value_name = "S", default_value_t = 30)]
     reclaim_interval_s: u64,
+    /// The least time between two full looks at the host made because uevents were lost
+    /// (the uevent socket overran), in seconds.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    full_look_interval_s: u64,
+    /// How often NVML is read for MIG-capable GPUs, to see GPU instances made by other
+    /// tools (nvidia-smi), in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    nvml_interval_s: u64,
+    /// Do not listen to the kernel's uevents: look at the whole host every
+    /// --poll-interval-ms instead.
+    #[arg(long)]
+    no_uevents: bool,
     /// How long the restore at start waits for the parents of persistent devices, in
     /// seconds.
     #[arg(long, value_name = "S", default_value_t = 30)]
@@ -79,6 +91,12 @@ enum Command {
         /// List the profiles and exit.
         #[arg(long)]
         list: bool,
+        /// Write VALUE to PATH (below --root) through the simulated kernel, as `echo VALUE >
+        /// PATH` does on a real host: with the kernel's side effects, its errno, and its
+        /// uevent to a vgpud listening on this tree. A plain write into the tree is a file
+        /// changed, which no kernel sees.
+        #[arg(long, num_args = 2, value_names = ["PATH", "VALUE"], conflicts_with_all = ["profiles", "list"])]
+        poke: Vec<String>,
     },
     /// The libvirt hook (installed in /etc/libvirt/hooks/qemu.d/): creates a domain's vGPUs on
     /// `prepare begin` and removes the transient ones on `release end`, through vgpud on the
@@ -131,7 +149,14 @@ fn init_logging() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::SimHost { profiles, list }) => sim_host(&cli.root, &profiles, list),
+        Some(Command::SimHost {
+            profiles,
+            list,
+            poke,
+        }) => match poke.as_slice() {
+            [path, value] => sim_poke(&cli.root, path, value),
+            _ => sim_host(&cli.root, &profiles, list),
+        },
         Some(Command::NvmlProbe { compare, library }) => {
             let library = library.as_deref().or(cli.nvml_library.as_deref());
             let mut out = std::io::stdout().lock();
@@ -176,6 +201,9 @@ fn main() -> ExitCode {
                 simulate: cli.simulate,
                 bus,
                 poll_interval: std::time::Duration::from_millis(cli.poll_interval_ms.max(10)),
+                full_look_interval: std::time::Duration::from_secs(cli.full_look_interval_s),
+                nvml_interval: std::time::Duration::from_secs(cli.nvml_interval_s.max(1)),
+                no_uevents: cli.no_uevents,
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
                 reclaim_interval: std::time::Duration::from_secs(
                     cli.reclaim_interval_s.clamp(1, 3600),
@@ -247,6 +275,22 @@ fn main() -> ExitCode {
             // keep a stopped vgpud alive: wait for the others a little, then exit.
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));
             code
+        }
+    }
+}
+
+/// `vgpud sim-host --poke PATH VALUE`: one write through the simulated kernel.
+fn sim_poke(root: &std::path::Path, path: &str, value: &str) -> ExitCode {
+    let rel = path.trim_start_matches('/');
+    if !rel.starts_with("sys/") || rel.split('/').any(|c| c == "..") {
+        eprintln!("vgpud sim-host: --poke takes a path below sys/ of the simulated tree");
+        return ExitCode::from(2);
+    }
+    match vgpud::host::Host::simulated(root).write_attr(&root.join(rel), value) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vgpud sim-host: {e}");
+            ExitCode::FAILURE
         }
     }
 }

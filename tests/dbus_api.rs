@@ -535,8 +535,8 @@ async fn devices_made_by_other_tools_are_listed_and_adopted() {
         ("mtty", "mtty-2", "")
     );
 
-    // One made while vgpud runs shows up in ListDevices (which looks at the host at most
-    // every 100 ms), with a signal.
+    // One made while vgpud runs shows up in ListDevices (vgpud learns of it from its
+    // uevent), with a signal.
     let mut created = m.receive_device_created().await.expect("stream");
     let during_uuid = "11111111-2222-4333-8444-666666666666";
     sim.write_attr(&create, during_uuid)

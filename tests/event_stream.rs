@@ -170,9 +170,7 @@ async fn a_device_started_by_another_tool_is_reported() {
         .host
         .path("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/create");
     sim.write_attr(&create, &uuid).expect("external start");
-    // ListDevices looks at the host (at most every 100 ms).
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    m.list_devices().await.expect("list");
+    // Its uevent makes vgpud read the device again (no call is needed).
     let sig = tokio::time::timeout(Duration::from_secs(10), drift.next())
         .await
         .expect("a DeviceDrift in time")

@@ -19,8 +19,15 @@ const H200_DEVICE: u16 = 0x2335;
 
 /// A simulated H200 host with vgpud using the fake NVML library.
 async fn h200() -> Setup {
+    h200_with(&[]).await
+}
+
+/// [`h200`] with more vgpud arguments.
+async fn h200_with(args: &[&str]) -> Setup {
     let lib = fake_library().to_string_lossy().into_owned();
-    Setup::with_args(H200, &["--nvml-library", &lib]).await
+    let mut all = vec!["--nvml-library", lib.as_str()];
+    all.extend_from_slice(args);
+    Setup::with_args(H200, &all).await
 }
 
 async fn restart_with_nvml(s: &mut Setup) {
@@ -441,7 +448,9 @@ async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() 
 
 #[tokio::test]
 async fn instances_made_or_destroyed_behind_vgpuds_back_are_drift() {
-    let s = h200().await;
+    // GPU instances made through NVML send no uevent: vgpud reads NVML for its MIG-capable
+    // GPUs on a slow timer (30 s by default), here every second.
+    let s = h200_with(&["--nvml-interval-s", "1"]).await;
     let m = s.manager().await;
     let n = nvidia(&s).await;
     let pf = h200_gpus(&s).await[0].clone();
@@ -453,9 +462,7 @@ async fn instances_made_or_destroyed_behind_vgpuds_back_are_drift() {
     })
     .expect("driver state")
     .expect("GI made behind vgpud's back");
-    // The next look at the host (ListDevices looks, at most every 100 ms).
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    m.list_devices().await.expect("ListDevices");
+    // The next reading of NVML, with no call.
     let signal = tokio::time::timeout(Duration::from_secs(10), drift.next())
         .await
         .expect("a GpuDrift signal")
@@ -469,8 +476,6 @@ async fn instances_made_or_destroyed_behind_vgpuds_back_are_drift() {
     // And destroyed behind its back.
     vgpud_sim_driver::update(&s.host.root, &pf, |state| state.wipe_gpu_instances())
         .expect("driver state");
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    m.list_devices().await.expect("ListDevices");
     let signal = tokio::time::timeout(Duration::from_secs(10), drift.next())
         .await
         .expect("a GpuDrift signal")

@@ -73,7 +73,7 @@ async fn a_read_only_state_directory_serves_reads_and_refuses_changes() {
         "the message says the state directory is read-only: {message}"
     );
     assert!(m.list_devices().await.expect("ListDevices").is_empty());
-    // Still serving, after the refusal and a few periodic looks.
+    // Still serving, after the refusal and a few journal checkpoints.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(d.is_running(), "vgpud exited:\n{}", d.log_text());
     assert!(!m.list_gpus().await.expect("ListGpus again").is_empty());

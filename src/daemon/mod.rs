@@ -2,6 +2,7 @@
 //! persistent devices in boot order, export the objects, take the bus name, tell systemd we
 //! are ready, and serve (watching the host) until SIGTERM or SIGINT.
 
+pub mod uevents;
 mod watch;
 pub mod watchdog;
 
@@ -32,8 +33,16 @@ pub struct Config {
     pub simulate: bool,
     /// The bus to serve on.
     pub bus: Bus,
-    /// How often to look at the host for drift and GPUs that came or went.
+    /// Do not listen to uevents: look at the whole host every `poll_interval` instead.
+    pub no_uevents: bool,
+    /// How often the journal is checkpointed, and, when no uevent socket can be opened, how
+    /// often vgpud looks at the whole host instead.
     pub poll_interval: std::time::Duration,
+    /// The least time between two full looks at the host made because uevents were lost.
+    pub full_look_interval: std::time::Duration,
+    /// How often NVML is read for MIG-capable GPUs (GPU instances made by `nvidia-smi` send
+    /// no uevent).
+    pub nvml_interval: std::time::Duration,
     /// How long the restore at start waits for the parents of persistent devices.
     pub restore_timeout: std::time::Duration,
     /// How often leases are checked against their domains.
@@ -280,7 +289,33 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         "ready"
     );
     notify(&[sd_notify::NotifyState::Ready]);
-    let watcher = tokio::spawn(watch::run(engine.clone(), config.poll_interval));
+    // The look at start was made by Engine::new; uevents tell what changes from here on.
+    crate::metrics::counters().full_look("start");
+    let listener = if config.no_uevents {
+        Err(std::io::Error::other("--no-uevents"))
+    } else {
+        uevents::open(engine.host())
+    };
+    let listening = match listener {
+        Ok(listener) => {
+            tracing::info!(socket = %listener.what, full_look_interval_s = config.full_look_interval.as_secs(), "listening to uevents");
+            Some(tokio::spawn(uevents::run(
+                engine.clone(),
+                listener,
+                config.full_look_interval,
+            )))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, interval_ms = millis(config.poll_interval), "cannot listen to uevents: looking at the whole host periodically instead");
+            None
+        }
+    };
+    let watcher = tokio::spawn(watch::run(
+        engine.clone(),
+        config.poll_interval,
+        listening.is_none(),
+    ));
+    let nvml = tokio::spawn(watch::nvml_timer(engine.clone(), config.nvml_interval));
     // systemd arms the watchdog once start-up is complete (READY=1).
     let pinger = watchdog::ping_interval(sd_notify::watchdog_enabled()).map(|interval| {
         tracing::info!(interval_ms = millis(interval), "systemd watchdog enabled");
@@ -305,6 +340,10 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         tracing::error!(bus = %config.bus, "the bus closed vgpud's connection (dbus-daemon disconnects a peer that sends a message over its size limit, or the bus stopped)");
     }
     watcher.abort();
+    nvml.abort();
+    if let Some(listening) = listening {
+        listening.abort();
+    }
     if let Some(pinger) = pinger {
         pinger.abort();
     }

@@ -1,10 +1,12 @@
 //! Watching for changes vgpud must notice while it runs: new, changed or removed mdevctl
-//! definitions (inotify on `etc/mdevctl.d`, since mdevctl sends no events), and, by a
-//! periodic look, devices and GPUs that changed behind vgpud's back (sysfs gives no inotify
-//! events for new devices). vgpud's own changes to the definitions (noted by
+//! definitions (inotify on `etc/mdevctl.d`, since mdevctl sends no events), which make vgpud
+//! look at the host; devices and GPUs that changed behind vgpud's back come as kernel uevents
+//! (`daemon::uevents`), and only when no uevent socket could be opened does this task look at
+//! the whole host every `interval`. vgpud's own changes to the definitions (noted by
 //! [`crate::persist::own_changes`], and its temporary files) wake nothing, so a storm of
-//! creates never makes it look at the whole host. The periodic look also checkpoints the
-//! journal (`persist::journal`) in the background.
+//! creates never makes it look at the whole host. Every `interval` it also checkpoints the
+//! journal (`persist::journal`) in the background, which costs nothing when nothing is
+//! dirty.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,10 +17,11 @@ use crate::persist::mdevctl;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::mpsc;
 
-/// Runs until its task is dropped: polls the engine every `interval`, and at once (after 50
-/// ms to let a burst of writes settle) when a definition changes. What a look finds goes out
-/// through the engine's event stream.
-pub async fn run(engine: Arc<Engine>, interval: Duration) {
+/// Runs until its task is dropped: checkpoints the journal every `interval` (and looks at
+/// the whole host then, with `periodic_looks`, when no uevent can be listened to), and looks
+/// at once (after 50 ms to let a burst of writes settle) when a definition changes. What a
+/// look finds goes out through the engine's event stream.
+pub async fn run(engine: Arc<Engine>, interval: Duration, periodic_looks: bool) {
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let base = mdevctl::base_dir(engine.host());
     if let Err(e) = std::fs::create_dir_all(&base) {
@@ -32,14 +35,17 @@ pub async fn run(engine: Arc<Engine>, interval: Duration) {
     }
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: the look at start was just made.
+    ticker.tick().await;
     loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
+        let reason = tokio::select! {
+            _ = ticker.tick() => periodic_looks.then_some("no-listener"),
             Some(()) = rx.recv() => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 while rx.try_recv().is_ok() {}
+                Some("definitions")
             }
-        }
+        };
         let e = engine.clone();
         let checkpoint = tokio::task::spawn_blocking(move || {
             crate::persist::journal::of(e.host()).checkpoint_if_dirty()
@@ -47,11 +53,65 @@ pub async fn run(engine: Arc<Engine>, interval: Duration) {
         if let Ok(Err(e)) = checkpoint.await {
             tracing::warn!(error = %e, "could not checkpoint the journal");
         }
+        if let Some(reason) = reason {
+            full_look(&engine, reason).await;
+        }
+    }
+}
+
+/// One full look at the host ([`Engine::poll`]), counted in the metrics and logged with
+/// its reason.
+pub(super) async fn full_look(engine: &Arc<Engine>, reason: &'static str) {
+    crate::metrics::counters().full_look(reason);
+    let started = std::time::Instant::now();
+    let e = engine.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let changes = e.events().batch(|| e.poll());
+        e.warm_types();
+        changes
+    })
+    .await;
+    match result {
+        Ok(Ok(changes)) => {
+            let elapsed_ms = super::millis(started.elapsed());
+            let (added, removed, updated) = (
+                changes.added.len(),
+                changes.removed.len(),
+                changes.updated.len(),
+            );
+            // The fallback's periodic looks are logged only when they find something.
+            if reason != "no-listener" || added + removed + updated > 0 {
+                tracing::info!(
+                    reason,
+                    added,
+                    removed,
+                    updated,
+                    elapsed_ms,
+                    "full look at the host"
+                );
+            }
+        }
+        Ok(Err(e)) => tracing::warn!(reason, error = %e, "could not look at the host"),
+        Err(e) => tracing::error!(error = %e, "the host watcher task failed"),
+    }
+}
+
+/// Reads NVML for the MIG-capable GPUs every `interval` (GPU instances made or destroyed by
+/// other tools send no uevent); never under a GPU's lock (see
+/// [`Engine::refresh_nvidia_all`]).
+pub async fn nvml_timer(engine: Arc<Engine>, interval: Duration) {
+    if engine.control().availability().is_err() {
+        return;
+    }
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
         let e = engine.clone();
-        match tokio::task::spawn_blocking(move || e.events().batch(|| e.poll())).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not look at the host"),
-            Err(e) => tracing::error!(error = %e, "the host watcher task failed"),
+        let done = tokio::task::spawn_blocking(move || e.events().batch(|| e.refresh_nvidia_mig()));
+        if let Err(e) = done.await {
+            tracing::error!(error = %e, "the NVML timer task failed");
         }
     }
 }

@@ -314,15 +314,8 @@ impl Manager {
     ) -> Result<Vec<(String, String, String, String, OwnedObjectPath)>> {
         self.track("ListDevices", async {
             self.admit(&header, "ListDevices", &[], None).await?;
-            let engine = self.engine.clone();
-            // Devices made or removed by other tools show up here at once, yet a storm of list
-            // calls costs at most one look at the host per 100 ms.
-            blocking(move || {
-                engine
-                    .events()
-                    .batch(|| engine.poll_if_older(std::time::Duration::from_millis(100)))
-            })
-            .await?;
+            // From memory: devices made or removed by other tools are known from their
+            // uevents (see `daemon::uevents`), never looked for here.
             self.publisher.catch_up().await;
             Ok(self
                 .engine

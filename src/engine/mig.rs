@@ -212,6 +212,14 @@ impl Engine {
     /// operations call this with `false` under the GPU's lock.
     pub(super) fn refresh_nvidia(&self, pf: &str, external: bool) {
         let state = self.read_nvidia_state(pf);
+        self.publish_nvidia(pf, state, external);
+    }
+
+    /// Applies NVML's view `state` of `pf` and publishes what changed (see
+    /// [`Engine::refresh_nvidia`]).
+    fn publish_nvidia(&self, pf: &str, state: Option<NvidiaState>, external: bool) {
+        self.nvml_published
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut events = Vec::new();
         {
             let mut gpus = self.gpus.write().unwrap_or_else(|e| e.into_inner());
@@ -233,6 +241,8 @@ impl Engine {
             events.push(Event::CapacityChanged {
                 gpu: pf.to_string(),
             });
+            // (Under the inventory's lock: `pf` is a physical GPU, no look-up needed.)
+            self.forget_types_of_gpu(pf);
             if external {
                 super::events::without_cause(|| self.events.send_all(events));
             } else {
@@ -247,16 +257,53 @@ impl Engine {
         }
     }
 
-    /// Refreshes every NVIDIA GPU's NVML view (at start, and at every look at the host),
-    /// each under its GPU's lock, so an operation of vgpud's own in flight is not drift.
+    /// Refreshes every NVIDIA GPU's NVML view (at start, and at a full look at the host),
+    /// or with `only_mig` those of MIG-capable GPUs (the slow timer: GPU instances made by
+    /// `nvidia-smi` send no uevent). NVML is read without the GPU's lock, so a create never
+    /// waits for it; what was read is applied only when no operation holds the GPU now and
+    /// none published NVML's view since the reading (an operation of vgpud's own in flight is
+    /// not drift, and a reading older than its outcome is not kept).
     pub fn refresh_nvidia_all(&self, external: bool) {
+        self.refresh_nvidia_where(external, |_| true);
+    }
+
+    /// [`Engine::refresh_nvidia_all`] of the MIG-capable GPUs only.
+    pub fn refresh_nvidia_mig(&self) {
+        self.refresh_nvidia_where(true, |g| g.nvidia.as_ref().is_some_and(|n| n.mig.is_some()));
+    }
+
+    /// [`Engine::refresh_nvidia_all`] of one GPU (after a uevent of it), as another tool's
+    /// doing.
+    pub(super) fn refresh_nvidia_of(&self, pf: &str) {
+        self.refresh_nvidia_where(true, |g| g.address == pf);
+    }
+
+    fn refresh_nvidia_where(&self, external: bool, which: impl Fn(&crate::model::Gpu) -> bool) {
+        use std::sync::atomic::Ordering;
         if self.control.availability().is_err() {
             return;
         }
         for pf in self.nvidia_gpus() {
+            if !self.with_gpu(&pf, &which).unwrap_or(false) {
+                continue;
+            }
+            let published = self.nvml_published.load(Ordering::Acquire);
+            let state = self.read_nvidia_state(&pf);
             let gpu_lock = self.gpu_lock(&pf);
-            let _held = gpu_lock.as_ref().map(|l| lock(l));
-            self.refresh_nvidia(&pf, external);
+            let held = match &gpu_lock {
+                Some(l) => match l.try_lock() {
+                    Ok(g) => Some(g),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    // An operation runs on the GPU: it reads NVML itself when it is done.
+                    Err(std::sync::TryLockError::WouldBlock) => continue,
+                },
+                None => None,
+            };
+            if self.nvml_published.load(Ordering::Acquire) != published {
+                continue;
+            }
+            self.publish_nvidia(&pf, state, external);
+            drop(held);
         }
     }
 

@@ -29,6 +29,7 @@ pub mod telemetry;
 #[cfg(test)]
 mod tests;
 mod type_info;
+pub mod uevents;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -153,6 +154,14 @@ struct GpuEntry {
     lock: Arc<Mutex<()>>,
 }
 
+/// [`Engine::known_types`]: the cached types, and a count of forgets so that a reading that
+/// raced with a change is not kept.
+#[derive(Default)]
+struct KnownTypes {
+    by_gpu: BTreeMap<String, Vec<MdevType>>,
+    generation: u64,
+}
+
 #[derive(Default)]
 struct Registry {
     devices: BTreeMap<String, DeviceInfo>,
@@ -172,8 +181,13 @@ pub struct Engine {
     registry: Mutex<Registry>,
     /// One refresh at a time, so a refresh's snapshot and `touched` belong together.
     refreshing: Mutex<()>,
-    /// When the host was last looked at ([`Engine::poll`]).
-    last_poll: Mutex<Option<std::time::Instant>>,
+    /// Each physical GPU's types with their capacity, as last read: what the read calls
+    /// answer from. An entry goes when a change on that GPU may have changed it, and is read
+    /// again at the next use ([`Engine::warm_types`] after a batch of uevents).
+    known_types: Mutex<KnownTypes>,
+    /// How many times NVML's view of a GPU was applied: a reading made before another was
+    /// applied is older than it and is dropped ([`Engine::refresh_nvidia_all`]).
+    nvml_published: std::sync::atomic::AtomicU64,
     /// NVIDIA's `sriov-manage`, relative to the host's root.
     sriov_manage: PathBuf,
     /// Placement defaults.
@@ -233,7 +247,8 @@ impl Engine {
             gpus: RwLock::new(BTreeMap::new()),
             registry: Mutex::new(Registry::default()),
             refreshing: Mutex::new(()),
-            last_poll: Mutex::new(None),
+            known_types: Mutex::new(KnownTypes::default()),
+            nvml_published: std::sync::atomic::AtomicU64::new(0),
             sriov_manage: PathBuf::from(DEFAULT_SRIOV_MANAGE),
             placement: Placement::default(),
             admissions: admission::Admissions::default(),
@@ -340,7 +355,71 @@ impl Engine {
         let events = events::device_transition(before.as_ref(), after, origin, || {
             self.gpu_of_parent(parent.as_deref().unwrap_or_default())
         });
+        if let Some(parent) = &parent {
+            self.forget_types_of(parent);
+        }
         self.events.send_all(events);
+    }
+
+    /// Forgets the known types of the GPU of `parent` (a GPU, or a VF of one), to be read
+    /// again at their next use.
+    pub(crate) fn forget_types_of(&self, parent: &str) {
+        let gpu = self.gpu_of_parent(parent);
+        self.forget_types_of_gpu(&gpu);
+        if gpu != parent {
+            self.forget_types_of_gpu(parent);
+        }
+    }
+
+    /// [`Engine::forget_types_of`] a physical GPU, without looking at the inventory.
+    pub(crate) fn forget_types_of_gpu(&self, gpu: &str) {
+        let mut known = lock(&self.known_types);
+        known.generation += 1;
+        known.by_gpu.remove(gpu);
+    }
+
+    fn forget_all_types(&self) {
+        let mut known = lock(&self.known_types);
+        known.generation += 1;
+        known.by_gpu.clear();
+    }
+
+    /// The types of a physical GPU with their capacity: as known, else read now (and kept
+    /// unless a change raced with the reading).
+    fn types_now(&self, address: &str) -> EngineResult<Vec<MdevType>> {
+        let generation = {
+            let known = lock(&self.known_types);
+            if let Some(types) = known.by_gpu.get(address) {
+                return Ok(types.clone());
+            }
+            known.generation
+        };
+        let types = self.live_types(address)?;
+        let mut known = lock(&self.known_types);
+        if known.generation == generation {
+            known.by_gpu.insert(address.to_string(), types.clone());
+        }
+        Ok(types)
+    }
+
+    /// The addresses of the physical GPUs.
+    fn physical_addresses(&self) -> Vec<String> {
+        self.gpus()
+            .values()
+            .filter(|e| e.gpu.is_physical())
+            .map(|e| e.gpu.address.clone())
+            .collect()
+    }
+
+    /// Reads the types of every physical GPU whose known types were forgotten, so that the
+    /// read calls that follow find them in memory. Called off the read path (after a batch
+    /// of uevents).
+    pub fn warm_types(&self) {
+        for address in self.physical_addresses() {
+            if let Err(e) = self.types_now(&address) {
+                tracing::debug!(gpu = %address, error = %e, "could not read a GPU's types");
+            }
+        }
     }
 
     /// Scans the GPUs and their types again; returns the addresses added and removed.
@@ -413,6 +492,7 @@ impl Engine {
                 .map(|a| Event::GpuRemoved { address: a.clone() }),
         );
         *gpus = next;
+        self.forget_all_types();
         // Sent under the inventory's lock: GPU events are in the order of the scans.
         self.events.send_all(events);
         Ok((added, removed))
@@ -456,19 +536,14 @@ impl Engine {
         self.gpus().get(address).map(|e| e.location.dir.clone())
     }
 
-    /// Every type of every physical GPU, with how many more the GPU can take read from the
-    /// host now: an mdev type's `available_instances` (summed over the VFs of a GPU whose VFs
-    /// are the mdev parents), or the free VFs that list an SR-IOV vGPU type.
+    /// Every type of every physical GPU, with how many more the GPU can take: an mdev type's
+    /// `available_instances` (summed over the VFs of a GPU whose VFs are the mdev parents),
+    /// or the free VFs that list an SR-IOV vGPU type; from memory, read from the host again
+    /// only after a change on that GPU.
     pub fn list_types(&self) -> EngineResult<Vec<(String, MdevType)>> {
-        let addresses: Vec<String> = self
-            .gpus()
-            .values()
-            .filter(|e| e.gpu.is_physical())
-            .map(|e| e.gpu.address.clone())
-            .collect();
         let mut out = Vec::new();
-        for address in addresses {
-            for ty in self.live_types(&address)? {
+        for address in self.physical_addresses() {
+            for ty in self.types_now(&address)? {
                 out.push((address.clone(), ty));
             }
         }
@@ -765,7 +840,7 @@ impl Engine {
                 continue;
             }
             let now = self
-                .live_types(&gpu)?
+                .types_now(&gpu)?
                 .into_iter()
                 .find(|t| t.id == ty.id)
                 .map_or(0, |t| t.available_instances);

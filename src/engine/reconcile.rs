@@ -194,8 +194,8 @@ pub struct RestoreReport {
 /// The devices that should be known: active ones, defined ones, recorded ones; and the
 /// records of devices that neither exist nor are defined (transient devices that are gone).
 pub(super) struct Merged {
-    devices: BTreeMap<String, DeviceInfo>,
-    stale_records: Vec<String>,
+    pub(super) devices: BTreeMap<String, DeviceInfo>,
+    pub(super) stale_records: Vec<String>,
 }
 
 /// The rule for forgetting a record: a record is dropped only when its device is really
@@ -378,7 +378,7 @@ impl Engine {
     }
 
     /// A device described from its definition on disk, if it has one.
-    fn info_from_disk(&self, uuid: &str, parent: &str) -> Option<DeviceInfo> {
+    pub(super) fn info_from_disk(&self, uuid: &str, parent: &str) -> Option<DeviceInfo> {
         let def = mdevctl::read(&self.host, parent, uuid).ok().flatten()?;
         Some(self.describe_defined(&def, None))
     }
@@ -529,6 +529,18 @@ impl Engine {
     /// Applies a snapshot of the host to the registry, leaving alone the devices that are in
     /// flight or changed since the snapshot was taken.
     pub(super) fn apply(&self, merged: Merged, initial: bool) -> DeviceChanges {
+        self.apply_in(merged, initial, None)
+    }
+
+    /// [`Engine::apply`] of a snapshot of only the devices in `scope` (`None`: all): a
+    /// device outside it is never taken for gone.
+    pub(super) fn apply_in(
+        &self,
+        merged: Merged,
+        initial: bool,
+        scope: Option<&BTreeSet<String>>,
+    ) -> DeviceChanges {
+        let in_scope = |uuid: &str| scope.is_none_or(|s| s.contains(uuid));
         let mut changes = DeviceChanges::default();
         let mut repair = Vec::new();
         {
@@ -555,7 +567,7 @@ impl Engine {
             let gone: Vec<String> = reg
                 .devices
                 .keys()
-                .filter(|u| !merged.devices.contains_key(*u) && !busy(&reg, u))
+                .filter(|u| in_scope(u) && !merged.devices.contains_key(*u) && !busy(&reg, u))
                 .cloned()
                 .collect();
             for uuid in gone {
@@ -784,7 +796,6 @@ impl Engine {
     /// behind vgpud's back (repaired if autostart), new or changed definitions; and the
     /// autostart devices of GPUs that appeared are started.
     pub fn poll(&self) -> EngineResult<DeviceChanges> {
-        *lock(&self.last_poll) = Some(Instant::now());
         let (gpus_added, gpus_removed) = if self.parents_changed() {
             self.rescan_gpus()?
         } else {
@@ -793,9 +804,17 @@ impl Engine {
         let mut changes = self.refresh(false)?;
         // GPU instances made or destroyed by other tools are drift.
         self.refresh_nvidia_all(true);
-        // Autostart devices of GPUs that appeared are started; one whose start failed (a
-        // driver still registering its types, say) is tried again at every look until it
-        // starts or stops being an autostart device of a present GPU.
+        self.start_autostart_of(&gpus_added, &mut changes);
+        changes.gpus_added = gpus_added;
+        changes.gpus_removed = gpus_removed;
+        Ok(changes)
+    }
+
+    /// Starts the autostart devices of GPUs that appeared (`gpus_added`); one whose start
+    /// failed (a driver still registering its types, say) is tried again at every look and
+    /// every uevent of a GPU until it starts or stops being an autostart device of a present
+    /// GPU.
+    pub(super) fn start_autostart_of(&self, gpus_added: &[String], changes: &mut DeviceChanges) {
         let retry = std::mem::take(&mut *lock(&self.autostart_pending));
         // (A GPU that appears starts its autostart devices also when one was stopped on
         // request: to the device, its parent appearing is a boot, as for mdevctl's udev rule.)
@@ -830,19 +849,6 @@ impl Engine {
                 }
             }
         }
-        changes.gpus_added = gpus_added;
-        changes.gpus_removed = gpus_removed;
-        Ok(changes)
-    }
-
-    /// Like [`Engine::poll`], unless the host was looked at less than `max_age` ago: a storm
-    /// of list calls costs one scan per `max_age`, not one per call.
-    pub fn poll_if_older(&self, max_age: Duration) -> EngineResult<DeviceChanges> {
-        let fresh = lock(&self.last_poll).is_some_and(|t| t.elapsed() < max_age);
-        if fresh {
-            return Ok(DeviceChanges::default());
-        }
-        self.poll()
     }
 
     /// The watchdog's probe ([`crate::daemon::watchdog`]): takes the lock of the look at

@@ -61,6 +61,7 @@ impl Engine {
     /// mode the driver is in is also kept under `run/vgpud/modes/` (gone at a reboot, as the
     /// mode is), so a restarted vgpud knows it also when it was not set persistently.
     pub(super) fn set_mode(&self, pf: &str, enabled: bool) {
+        self.forget_types_of(pf);
         let mut modes = lock(&self.modes);
         if modes.insert(pf.to_string(), enabled).unwrap_or(false) != enabled {
             self.events.send(super::Event::GpuModeChanged {

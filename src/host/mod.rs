@@ -33,6 +33,8 @@ pub trait SimulatedKernel: Send + Sync {
     fn recover(&self, root: &Path) -> io::Result<()>;
 }
 
+pub mod uevent;
+
 /// An error of host access, naming the path and carrying the OS error.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

@@ -36,6 +36,8 @@ pub struct Counters {
     waiting: Gauge,
     running: Gauge,
     changes: Family<Labels, Counter>,
+    full_looks: Family<Labels, Counter>,
+    uevents: Family<Labels, Counter>,
 }
 
 static COUNTERS: OnceLock<Counters> = OnceLock::new();
@@ -48,6 +50,8 @@ pub fn counters() -> &'static Counters {
         waiting: Gauge::default(),
         running: Gauge::default(),
         changes: Family::default(),
+        full_looks: Family::default(),
+        uevents: Family::default(),
     })
 }
 
@@ -91,6 +95,34 @@ impl Counters {
         self.latency
             .get_or_create(&vec![("method", method.to_string())])
             .observe(seconds);
+    }
+
+    /// A full look at the host, and why (`start`, `overrun`, `no-listener`, `definitions`).
+    pub fn full_look(&self, reason: &'static str) {
+        self.full_looks
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+    }
+
+    /// A kernel uevent applied.
+    pub fn uevent(&self, subsystem: &str, action: &str) {
+        // Only the kernel's names: a label never holds what a sender made up.
+        let known = |s: &str, names: &[&str]| {
+            if names.contains(&s) {
+                s.to_string()
+            } else {
+                "other".to_string()
+            }
+        };
+        self.uevents
+            .get_or_create(&vec![
+                ("subsystem", known(subsystem, &["mdev", "pci"])),
+                (
+                    "action",
+                    known(action, &["add", "remove", "change", "bind", "unbind"]),
+                ),
+            ])
+            .inc();
     }
 
     fn change(&self, event: &Event) {
@@ -149,6 +181,16 @@ pub fn render_counters() -> String {
         "changes",
         "Changes the core reported, by event (device-added, device-removed, device-drift, ...)",
         c.changes.clone(),
+    );
+    r.register(
+        "full_looks",
+        "Full looks at the host, by reason (start, overrun: a uevent was lost, no-listener, definitions: mdevctl's files changed)",
+        c.full_looks.clone(),
+    );
+    r.register(
+        "uevents",
+        "Kernel uevents applied, by subsystem and action",
+        c.uevents.clone(),
     );
     encode(&r)
 }

@@ -6,6 +6,7 @@ pub mod golden;
 pub mod introspection;
 pub mod libvirt;
 pub mod monitor;
+pub mod metrics;
 pub mod nvml;
 pub mod proxy;
 pub mod setup;

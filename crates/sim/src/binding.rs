@@ -340,7 +340,9 @@ pub(crate) fn attach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
         d if is_net_driver(d) => netdev_register(&roots.sys, dev).map(|_| ())?,
         _ => {}
     }
-    fbdev::probe(&roots.sys, dev, driver)
+    fbdev::probe(&roots.sys, dev, driver)?;
+    super::uevent::pci_driver(roots, dev, Some(driver));
+    Ok(())
 }
 
 /// Unbinds `dev` from `driver` after the remove effects; a device half bound or half unbound
@@ -357,7 +359,9 @@ pub(crate) fn detach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
     if driver_of(dev).as_deref() == Some(driver) {
         fsx::remove_quiet(&dev.join("driver"))?;
     }
-    set_uevent_driver(dev, None)
+    set_uevent_driver(dev, None)?;
+    super::uevent::pci_driver(roots, dev, None);
+    Ok(())
 }
 
 /// Directories a bind to `driver` may make (vfio registration, the NVIDIA mdev driver) that a
@@ -591,11 +595,17 @@ fn nvidia_remove(roots: &Roots, dev: &Path) -> io::Result<()> {
         let uuid_dir =
             kernel::guid_parse(&child).is_some_and(|u| u == child) && dev.join(&child).is_dir();
         if uuid_dir || fsx::exists_nofollow(&dev.join(&child).join("mdev_type")) {
+            let type_id = fsx::link_basename(&dev.join(&child).join("mdev_type"));
             kernel::teardown(roots, &Entry::device(Op::Remove, &child, dev))?;
+            super::uevent::mdev_removed(roots, &dev.join(&child), type_id.as_deref());
         }
     }
+    let registered = dev.join("mdev_supported_types").exists();
     fsx::remove_dir_quiet(&dev.join("mdev_supported_types"))?;
     fsx::remove_quiet(&roots.sys.join("class/mdev_bus").join(bdf_of(dev)))?;
+    if registered {
+        super::uevent::parent_state(roots, dev, false);
+    }
     fsx::remove_dir_quiet(&dev.join("nvidia"))?;
     vfio_unregister(roots, dev)
 }

@@ -266,7 +266,9 @@ pub(crate) fn create(roots: &Roots, type_dir: &Path, value: &str) -> io::Result<
         rules.apply(&type_id, Change::Created);
         rules.store(Change::Created)?;
         refresh_siblings(&parent)
-    })
+    })?;
+    super::uevent::mdev_added(roots, &dev_dir, &type_id, vendor.mdev_driver());
+    Ok(())
 }
 
 /// Makes the device: its directory and links, then the entries that publish it elsewhere.
@@ -414,7 +416,9 @@ pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<(
         }
         rules.store(Change::Removed)?;
         refresh_siblings(parent)
-    })
+    })?;
+    super::uevent::mdev_removed(roots, dev_dir, entry.type_id.as_deref());
+    Ok(())
 }
 
 /// A plain attribute write: the value replaces the content, published by a rename so that no

@@ -93,6 +93,7 @@ mod profiles;
 mod rules;
 mod sriov;
 mod tool;
+pub mod uevent;
 mod vgpu;
 
 use std::fs;

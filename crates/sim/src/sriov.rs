@@ -140,6 +140,7 @@ pub(crate) fn add_vf(roots: &Roots, pf: &Path, index: u32, group: u32) -> io::Re
         &pf.join(format!("virtfn{index}")),
         &Path::new("..").join(&bdf),
     )?;
+    super::uevent::pci_device(roots, &dir, true);
     Ok(dir)
 }
 
@@ -161,7 +162,9 @@ pub(crate) fn destroy_vf(roots: &Roots, pf: &Path, index: u32) -> io::Result<()>
             fsx::remove_quiet(&roots.dev.join(&g))?;
         }
     }
-    fsx::remove_dir_quiet(&dir)
+    fsx::remove_dir_quiet(&dir)?;
+    super::uevent::pci_device(roots, &dir, false);
+    Ok(())
 }
 
 /// The lowest IOMMU group number not in use.

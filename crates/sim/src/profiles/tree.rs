@@ -278,5 +278,7 @@ pub(crate) fn write_mdev_parent(
     refresh.map_err(io_err(&parent))?;
     // Published last, as the kernel registers the parent once its types are in place: a
     // reader that finds the parent finds it whole, with its capacity.
-    tree.link(&format!("sys/class/mdev_bus/{name}"), dev_rel)
+    tree.link(&format!("sys/class/mdev_bus/{name}"), dev_rel)?;
+    crate::uevent::registered(tree.root(), &parent);
+    Ok(())
 }

@@ -19,6 +19,7 @@ use vgpud_client::{DeviceProxy, GpuProxy, ManagerProxy, Opts};
 use zbus::{OwnedObjectPath, Variant};
 
 mod storm;
+mod uevents;
 
 const U1: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
 const U2: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1002";
@@ -1600,6 +1601,9 @@ async fn main() {
         }
         if sections.iter().any(|s| s == "pci") {
             pci_section(&mut w, &mut r).await;
+        }
+        if sections.iter().any(|s| s == "uevents") {
+            uevents::section(&mut w, &mut r).await;
         }
         if sections.iter().any(|s| s == "storm") {
             if w.real() {
