@@ -646,12 +646,15 @@ pub enum Links {
     Follow,
 }
 
-/// Identifies the inode a reader judged, so that a file that was replaced since (a fresh
-/// atomic write renamed over it) is never the one set aside.
+/// Identifies the file a reader judged, so that a file that was replaced since (a fresh
+/// atomic write renamed over it) or changed since (the same inode, retired as a spare and
+/// written again: see [`SPARES`]) is never the one set aside. The change time tells the
+/// second: a rename, a truncation and a write each set it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileId {
     dev: u64,
     ino: u64,
+    ctime: (i64, i64),
 }
 
 impl FileId {
@@ -660,6 +663,7 @@ impl FileId {
         FileId {
             dev: meta.dev(),
             ino: meta.ino(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
 }
@@ -755,9 +759,15 @@ fn read_judged(path: &Path, limit: u64, links: Links) -> Result<Option<(String, 
             judge(&meta)?;
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // Only a link can be there and lead nowhere. A file made there since the look
+            // (a write racing this read) is not judged: it is read at the next look, never
+            // set aside for the file that was gone.
             return match fs::symlink_metadata(path) {
-                Ok(_) => Err(bad("a symbolic link to nothing".into(), None)),
-                Err(_) => Ok(None),
+                Ok(m) if m.file_type().is_symlink() => Err(bad(
+                    "a symbolic link to nothing".into(),
+                    Some(FileId::of(&m)),
+                )),
+                _ => Ok(None),
             };
         }
         Err(e) => return Err(bad(format!("cannot be examined: {e}"), None)),
@@ -775,7 +785,8 @@ fn read_judged(path: &Path, limit: u64, links: Links) -> Result<Option<(String, 
         // Removed between the look and the open: it is simply gone.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
-            return Err(bad(LINK.into(), None))
+            let id = fs::symlink_metadata(path).ok().map(|m| FileId::of(&m));
+            return Err(bad(LINK.into(), id));
         }
         Err(e) => return Err(bad(format!("cannot be opened: {e}"), None)),
     };
@@ -1046,6 +1057,45 @@ pub fn now_unix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file judged bad and then written again in place (a spare reused for a new file keeps
+    /// its inode) is the new file: it is not set aside for what the reader saw before.
+    #[test]
+    fn a_file_changed_since_it_was_judged_is_not_set_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("definition");
+        fs::write(&path, "half a defin").expect("write");
+        let (_, id) = read_judged(&path, 1024, Links::Refuse)
+            .expect("readable")
+            .expect("there");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The same inode, written again whole.
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(&mut f, b"{}").expect("rewrite");
+        drop(f);
+        let judged = BadFile {
+            path: path.clone(),
+            reason: "not JSON".into(),
+            id: Some(id),
+        };
+        assert_eq!(set_aside(&judged, "test file"), None);
+        assert!(path.exists(), "the rewritten file stays");
+        // Unchanged since it was judged, it goes.
+        let (_, id) = read_judged(&path, 1024, Links::Refuse)
+            .expect("readable")
+            .expect("there");
+        let judged = BadFile {
+            path: path.clone(),
+            reason: "not a definition".into(),
+            id: Some(id),
+        };
+        assert!(set_aside(&judged, "test file").is_some());
+        assert!(!path.exists());
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
