@@ -12,10 +12,14 @@
 //!
 //! `SEQNUM` is a counter in `ROOT/run/vgpud-simulator/uevent-seqnum`, taken and sent under
 //! that file's own `flock` (a leaf lock: nothing else is taken under it, so emitting never
-//! deadlocks, also from a journal's recovery). Sending never blocks: nobody listening drops
-//! the event; a full receive queue drops it and leaves the marker `uevent-overrun` (the
-//! ENOBUFS of a netlink socket that overran), which the listener takes as "look at
-//! everything".
+//! deadlocks, also from a journal's recovery). Nobody listening drops the event. The
+//! kernel's netlink socket holds what vgpud asks for (16 MiB, thousands of events), but a
+//! unix datagram socket's queue holds only `net.unix.max_dgram_qlen` messages (10 by
+//! default), which a storm's creates fill in a moment while the listener is still reading;
+//! so a full queue makes the sender wait for room, as a large buffer would have taken the
+//! event, for at most [`ROOM_WAIT`]. A queue still full after that (the listener stopped or
+//! stuck) drops the event and leaves the marker `uevent-overrun` (the ENOBUFS of a netlink
+//! socket that overran), which the listener takes as "look at everything".
 
 use std::fs;
 use std::io::{self, Read, Seek, Write};
@@ -28,6 +32,8 @@ use super::kernel::Roots;
 
 /// The socket's name in the simulator's state directory.
 pub const SOCKET: &str = "uevents";
+/// How long a sender waits for room in a full queue before the event counts as lost.
+pub const ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 /// The overrun marker's name in the simulator's state directory.
 pub const OVERRUN: &str = "uevent-overrun";
 /// The counter's name in the simulator's state directory.
@@ -142,11 +148,16 @@ fn send(roots: &Roots, socket: &Path, message: impl FnOnce(u64) -> Vec<u8>) -> i
     file.set_len(0)?;
     file.write_all(seqnum.to_string().as_bytes())?;
     let sender = UnixDatagram::unbound()?;
-    sender.set_nonblocking(true)?;
+    sender.set_write_timeout(Some(ROOM_WAIT))?;
     match sender.send_to(&message(seqnum), socket) {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            // The receiver's queue is full: the event is lost, and the receiver must know.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            // The receiver's queue stayed full: the event is lost, and the receiver must know.
             fs::write(roots.state.join(OVERRUN), b"")
         }
         Err(e) => Err(e),
