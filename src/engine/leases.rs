@@ -140,14 +140,7 @@ impl Leases {
         for (uuid, lease) in leases {
             text.push_str(&format!("{uuid} {}\n", lease.seconds));
         }
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| persist::PersistError::Io {
-                action: "creating",
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        persist::write_atomic(&self.path, text.as_bytes(), 0o644)
+        persist::write_state_file(&self.path, text.as_bytes())
     }
 }
 

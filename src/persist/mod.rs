@@ -256,6 +256,19 @@ pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> PersistResult<()>
     }])
 }
 
+/// Writes a state file of vgpud's (mode 0644) atomically and durably, making its directory
+/// first if need be.
+pub fn write_state_file(path: &Path, content: &[u8]) -> PersistResult<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| PersistError::Io {
+            action: "creating",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    write_atomic(path, content, 0o644)
+}
+
 /// Writes several files, each atomically, and all durably with as few waits for the disk as
 /// the file system allows: every temporary file is written first, then all are fsynced,
 /// renamed into place, and each directory fsynced once. ext4 commits fsyncs that are issued
