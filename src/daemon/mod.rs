@@ -262,6 +262,13 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             .unwrap_or_default();
     }
 
+    // Spares handed out are made again in the background ([`crate::layout::pools`]), and a
+    // create with no room may empty a GPU of spares ([`crate::layout::reshape`]).
+    crate::layout::reshape::PoolReshaper::install(&engine);
+    if let Err(e) = crate::layout::pools::spawn_refill(engine.clone()) {
+        tracing::error!(error = %e, "could not start the pool refill thread: pools are not refilled");
+    }
+
     let builder = match &config.bus {
         Bus::System => zbus::connection::Builder::system(),
         Bus::Session => zbus::connection::Builder::session(),
@@ -449,19 +456,14 @@ impl Termination {
 /// Applies the layout named in the configuration after the restore; every step's outcome is
 /// logged, and a layout that cannot be used is reported, never fatal.
 fn apply_boot_layout(engine: &Engine, name: &str) {
-    let cause = crate::engine::Cause {
-        method: "ApplyLayout".into(),
-        ..crate::engine::Cause::default()
-    };
-    let applied = crate::layout::file::load(engine.host().root(), name).and_then(|layout| {
-        crate::engine::with_cause(cause, || {
-            engine
-                .events()
-                .batch(|| crate::layout::apply(engine, &layout, false))
-        })
-    });
-    let outcomes = match applied {
-        Ok(o) => o,
+    let outcomes = match crate::layout::pools::apply_named(engine, name, "ApplyLayout") {
+        Ok(o) => {
+            // Pools are filled from it from now on.
+            if let Err(e) = crate::layout::pools::remember(engine.host(), name) {
+                tracing::warn!(layout = name, error = %e, "could not record the active layout");
+            }
+            o
+        }
         Err(e) => {
             tracing::error!(
                 layout = name,

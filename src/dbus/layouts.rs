@@ -84,9 +84,20 @@ impl LayoutsObject {
                 let outcomes = if dry_run {
                     blocking(move || Ok(layout::apply(&engine, &wanted, true))).await??
                 } else {
+                    // From now on pools are filled from this layout.
+                    let active = name.clone();
                     self.0
                         .changing(cause, &format!("layout {name}"), move || {
-                            Ok(layout::apply(&engine, &wanted, false))
+                            let outcomes = layout::apply(&engine, &wanted, false);
+                            if outcomes.is_ok() {
+                                layout::pools::remember(engine.host(), &active).map_err(|e| {
+                                    crate::engine::EngineError::persist(
+                                        format!("recording layout {active} as the active one"),
+                                        e,
+                                    )
+                                })?;
+                            }
+                            Ok(outcomes)
                         })
                         .await??
                 };
@@ -125,9 +136,13 @@ impl LayoutsObject {
                     .await?;
                 let wanted = self.load(&name)?;
                 let engine = self.0.engine.clone();
-                let diffs =
-                    blocking(move || Ok(layout::plan::diff(&wanted, &layout::host_view(&engine))))
-                        .await?;
+                let diffs = blocking(move || {
+                    let view = layout::host_view(&engine);
+                    let now = crate::persist::now_unix();
+                    let sized = layout::pools::sized(&engine, &wanted, &view, now);
+                    Ok(layout::plan::diff(&sized, &view))
+                })
+                .await?;
                 layout::plan::within_answer(diffs.len())?;
                 Ok(diffs
                     .into_iter()

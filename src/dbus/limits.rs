@@ -65,7 +65,7 @@ pub fn options(method: &str, options: &Options) -> Result<()> {
 /// caller's 4 KB owner is refused at the door, before it is asked who it is.
 fn option_max(key: &str) -> usize {
     match key {
-        "owner" | "parent" => NAME,
+        "owner" | "parent" | "pool" => NAME,
         "uuid" => UUID,
         _ => OPTION_STRING,
     }

@@ -174,6 +174,7 @@ const CREATE_OPTIONS: &[&str] = &[
     "numa_node",
     "exist_ok",
     "lease_s",
+    "pool",
 ];
 const CAPACITY_OPTIONS: &[&str] = &["parent", "numa_node"];
 const TYPE_INFO_OPTIONS: &[&str] = &["parent"];
@@ -331,7 +332,8 @@ impl Manager {
     }
 
     /// Makes a device of a type (id or name). Options: parent, uuid, owner, params,
-    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance, lease_s.
+    /// persistent, autostart, force, policy, numa_node, exist_ok, create_instance, lease_s,
+    /// pool (hand out one of its spares when it has one).
     #[zbus(out_args("uuid", "path"))]
     async fn create_device(
         &self,
@@ -364,6 +366,8 @@ impl Manager {
                 exist_ok: opts.boolean("exist_ok")?.unwrap_or(false),
                 create_instance: opts.boolean("create_instance")?.unwrap_or(true),
                 lease_s: opts.unsigned("lease_s")?,
+                pool: opts.string("pool")?,
+                stocking_pool: false,
             };
             opts.finish(CREATE_OPTIONS)?;
             let engine = self.engine.clone();

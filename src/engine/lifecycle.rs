@@ -121,13 +121,36 @@ impl Engine {
             let Some(first) = candidates.first() else {
                 return self.create_on(req, &candidates);
             };
-            (first.1.id.clone(), self.create_on(req, &candidates))
+            let key = first.1.id.clone();
+            if let Some(pool) = &req.pool {
+                if let Some(spare) = self.take_spare(req, pool, &candidates)? {
+                    self.demand.note(&key, Note::Request);
+                    let served = match req.lease_s {
+                        Some(lease) => self.give_lease(spare, lease),
+                        None => Ok(spare),
+                    };
+                    if served.is_ok() {
+                        self.demand.note(&key, Note::Warm);
+                    }
+                    return served;
+                }
+            }
+            let mut made = self.create_on(req, &candidates);
+            if !req.stocking_pool && matches!(made, Err(EngineError::NoCapacity { .. })) {
+                if let Some(_held) = self.make_room(req, &candidates) {
+                    made = self.create_on(req, &candidates);
+                }
+            }
+            (key, made)
         };
-        self.demand.note(&key, Note::Request);
         let made = match (made, req.lease_s) {
             (Ok(info), Some(lease)) => self.give_lease(info, lease),
             (made, _) => made,
         };
+        if req.stocking_pool {
+            return made;
+        }
+        self.demand.note(&key, Note::Request);
         match &made {
             Ok(_) => self.demand.note(&key, Note::Cold),
             Err(EngineError::NoCapacity { .. }) => self.demand.note(&key, Note::Refused),
@@ -683,20 +706,43 @@ impl Engine {
     }
 
     /// Removes a device by UUID: stops it if active and deletes its definition and record.
-    /// The device counts as released in the demand record.
+    /// The device counts as released in the demand record (a spare removed with
+    /// [`Engine::remove_spare`] does not: it was never handed out).
     pub fn remove_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
-        let removed = self.remove(uuid);
+        self.remove_counted(uuid, None)
+    }
+
+    /// Removes a pool's spare: only if its owner is still `owner`, looked at under the
+    /// device's claim (a spare handed out since it was planned away is the caller's now:
+    /// `Busy`). What layouts and pools remove goes through here.
+    pub fn remove_spare(&self, uuid: &str, owner: &str) -> EngineResult<DeviceInfo> {
+        self.remove_counted(uuid, Some(owner))
+    }
+
+    fn remove_counted(&self, uuid: &str, owner: Option<&str>) -> EngineResult<DeviceInfo> {
+        let removed = self.remove(uuid, owner);
         if let Ok(info) = &removed {
-            self.demand.note(&info.type_id, Note::Released);
+            if owner.is_none() {
+                self.demand.note(&info.type_id, Note::Released);
+            }
             self.forget_lease(&info.uuid);
         }
         removed
     }
 
-    fn remove(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+    fn remove(&self, uuid: &str, owner: Option<&str>) -> EngineResult<DeviceInfo> {
         let uuid = super::request::parse_uuid(uuid)?;
         let claim = self.claim(&uuid, false)?;
         let info = self.known(&uuid)?;
+        if let Some(owner) = owner.filter(|o| *o != info.owner) {
+            let now = match info.owner.as_str() {
+                "" => "it has no owner now".to_string(),
+                other => format!("{other} holds it now"),
+            };
+            return Err(EngineError::Busy(format!(
+                "device {uuid} is no longer {owner}'s: {now}"
+            )));
+        }
         if info.kind != DeviceKind::Mdev {
             let intent = self.intent_guard(&uuid);
             if let Err(e) = self.release_pci(&info, false) {
@@ -1075,11 +1121,7 @@ impl Engine {
         let uuid = super::request::parse_uuid(uuid)?;
         let claim = self.claim(&uuid, false)?;
         let info = self.known(&uuid)?;
-        let params = self
-            .definition_attrs(&info)
-            .into_iter()
-            .find(|(k, _)| k == VGPU_PARAMS)
-            .map(|(_, v)| v);
+        let params = self.params_of(&info);
         let updated = DeviceInfo {
             owner: owner.to_string(),
             ..info
@@ -1087,6 +1129,14 @@ impl Engine {
         self.write_record(&updated, params)?;
         claim.finish(Some(updated.clone()));
         Ok(updated)
+    }
+
+    /// The vGPU parameters a device's definition or record keeps.
+    pub(super) fn params_of(&self, info: &DeviceInfo) -> Option<String> {
+        self.definition_attrs(info)
+            .into_iter()
+            .find(|(k, _)| k == VGPU_PARAMS)
+            .map(|(_, v)| v)
     }
 
     /// Writes vgpud's record of a device as `info` describes it.

@@ -24,6 +24,8 @@ mod pci_devices;
 mod reconcile;
 mod request;
 pub mod scheduler;
+mod spares;
+pub use spares::{HandOuts, Reshaper};
 mod sriov;
 pub mod telemetry;
 #[cfg(test)]
@@ -208,6 +210,10 @@ pub struct Engine {
     demand: crate::demand::Demand,
     /// The devices' leases ([`leases`]).
     leases: leases::Leases,
+    /// Spares handed out, for the refill ([`spares`]).
+    hand_outs: spares::HandOuts,
+    /// What frees room by removing spares ([`spares::Reshaper`]), when the daemon set one.
+    reshaper: spares::ReshaperSlot,
 }
 
 impl Drop for Engine {
@@ -261,6 +267,8 @@ impl Engine {
             )),
             demand,
             leases,
+            hand_outs: spares::HandOuts::default(),
+            reshaper: spares::ReshaperSlot::default(),
         };
         engine.rescan_gpus()?;
         // A GPU recorded in heterogeneous mode whose VFs are enabled is still in it (only a

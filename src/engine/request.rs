@@ -82,6 +82,14 @@ pub struct CreateRequest {
     /// Reclaim the device once the libvirt domain its owner names has not been running for
     /// this many seconds ([`super::leases`]).
     pub lease_s: Option<u64>,
+    /// Hand out a spare of the pool with this owner tag when it has one of the type
+    /// ([`super::spares`]); make a device as without it otherwise.
+    pub pool: Option<String>,
+    /// Made to stock a pool (a layout's own create): not demand, so the demand record does
+    /// not count it, and it never re-shapes. Any other create that finds no room may have
+    /// the engine's [`super::Reshaper`] free a GPU that holds only spares, and is tried once
+    /// more.
+    pub stocking_pool: bool,
 }
 
 impl Default for CreateRequest {
@@ -101,6 +109,8 @@ impl Default for CreateRequest {
             exist_ok: false,
             create_instance: true,
             lease_s: None,
+            pool: None,
+            stocking_pool: false,
         }
     }
 }
@@ -141,6 +151,20 @@ impl CreateRequest {
             }
         }
         check_owner("owner", &self.owner).map_err(EngineError::InvalidArgument)?;
+        if let Some(pool) = &self.pool {
+            check_owner("pool", pool).map_err(EngineError::InvalidArgument)?;
+            if pool.is_empty() {
+                return Err(EngineError::InvalidArgument(
+                    "pool must name a pool: the owner tag of its spares".into(),
+                ));
+            }
+            if self.uuid.is_some() {
+                return Err(EngineError::InvalidArgument(
+                    "pool and uuid exclude each other: a spare has the UUID it was made with"
+                        .into(),
+                ));
+            }
+        }
         if let Some(params) = &self.params {
             check_text("params", params, MAX_PARAMS_LEN, false)?;
         }

@@ -778,3 +778,49 @@ fn an_intent_closes_when_its_guard_goes_unless_kept_open() {
     drop(e.intent_guard(kept));
     assert!(!open().iter().any(|u| u == kept), "{:?}", open());
 }
+
+#[test]
+fn a_spare_is_handed_out_once_and_one_handed_out_is_never_removed_as_a_spare() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let spare = |owner: &str| CreateRequest {
+        owner: owner.into(),
+        ..req("RTX6000-2Q")
+    };
+    let a = e.create_device(&spare("pool-a")).expect("spare a");
+    let b = e.create_device(&spare("pool-a")).expect("spare b");
+    let from_pool = |owner: &str| CreateRequest {
+        pool: Some("pool-a".into()),
+        ..spare(owner)
+    };
+    // Ten callers at once for two spares: each spare goes to one caller, the others get
+    // devices made for them.
+    let got: Vec<DeviceInfo> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..10)
+            .map(|i| {
+                let e = &e;
+                let r = from_pool(&format!("vm-{i}"));
+                s.spawn(move || e.create_device(&r).expect("create"))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().expect("join")).collect()
+    });
+    let uuids: BTreeSet<&str> = got.iter().map(|d| d.uuid.as_str()).collect();
+    assert_eq!(uuids.len(), 10, "a device went to two callers");
+    for spare in [&a, &b] {
+        let taker: Vec<&DeviceInfo> = got.iter().filter(|d| d.uuid == spare.uuid).collect();
+        assert_eq!(taker.len(), 1, "{} went to {taker:?}", spare.uuid);
+        assert_eq!(e.device(&spare.uuid).expect("kept").owner, taker[0].owner);
+    }
+    assert!(
+        e.hand_outs().wait(Duration::ZERO),
+        "the hand-outs wake the refill"
+    );
+    // A layout's removal of a spare handed out meanwhile is refused, and the device kept.
+    let err = e.remove_spare(&a.uuid, "pool-a").expect_err("handed out");
+    assert!(matches!(err, EngineError::Busy(_)), "{err}");
+    assert!(e.device(&a.uuid).is_some());
+    // A spare still the pool's is removed.
+    let c = e.create_device(&spare("pool-a")).expect("spare c");
+    e.remove_spare(&c.uuid, "pool-a").expect("removed");
+    assert!(e.device(&c.uuid).is_none());
+}

@@ -137,11 +137,11 @@ fn held() -> MutexGuard<'static, BTreeSet<(PathBuf, String)>> {
 
 /// The layout locks of some GPUs, taken all at once (so two applies never wait for each
 /// other in a cycle) and let go on drop.
-struct LayoutLock(Vec<(PathBuf, String)>);
+pub(super) struct LayoutLock(Vec<(PathBuf, String)>);
 
 impl LayoutLock {
     /// Waits until no other apply holds any of `gpus`, then holds them.
-    fn hold(root: &std::path::Path, gpus: Vec<String>) -> Self {
+    pub(super) fn hold(root: &std::path::Path, gpus: Vec<String>) -> Self {
         let keys: Vec<(PathBuf, String)> =
             gpus.into_iter().map(|g| (root.to_path_buf(), g)).collect();
         let mut set = held();
@@ -194,6 +194,8 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Result<Vec<Outc
             }
         })
     };
+    // Forecast entries get their count now ([`super::pools`]).
+    let layout = &super::pools::sized(engine, layout, &view, crate::persist::now_unix());
     let plan = plan::plan(layout, &view);
     plan::within_answer(plan.unmatched.len() + plan.steps.len())?;
     let mut out: Vec<Outcome> = plan
@@ -206,6 +208,14 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Result<Vec<Outc
             subject: String::new(),
             detail: u.reason.clone(),
         })
+        .collect();
+    // The owner each device had when planned: a pool device is removed only if it still has
+    // it (one handed out meanwhile is its new owner's).
+    let owners: std::collections::HashMap<&str, &str> = view
+        .gpus
+        .iter()
+        .flat_map(|g| g.devices.iter())
+        .map(|d| (d.uuid.as_str(), d.owner.as_str()))
         .collect();
     // The GPU whose structure (VFs, MIG, instances) a step failed to change.
     let mut broken: Vec<String> = Vec::new();
@@ -224,7 +234,7 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Result<Vec<Outc
             o.status = Status::Skipped;
             o.detail = "an earlier step on this GPU did not succeed".into();
         } else if !dry_run {
-            match take(engine, step) {
+            match take(engine, step, &owners) {
                 Ok(detail) => {
                     o.status = Status::Done;
                     o.detail = detail;
@@ -249,7 +259,11 @@ pub fn apply(engine: &Engine, layout: &Layout, dry_run: bool) -> Result<Vec<Outc
 }
 
 /// Takes one step; what came of it in words.
-fn take(engine: &Engine, step: &Step) -> Result<String, EngineError> {
+fn take(
+    engine: &Engine,
+    step: &Step,
+    owners: &std::collections::HashMap<&str, &str>,
+) -> Result<String, EngineError> {
     let gpu = step.gpu.as_str();
     Ok(match &step.action {
         Action::SetVfCount(n) => {
@@ -274,7 +288,8 @@ fn take(engine: &Engine, step: &Step) -> Result<String, EngineError> {
         }
         Action::SetScheduler(s) => engine.set_scheduler(gpu, s, true, true)?.note,
         Action::RemoveDevice(uuid) => {
-            engine.remove_device(uuid)?;
+            let owner = owners.get(uuid.as_str()).copied().unwrap_or_default();
+            engine.remove_spare(uuid, owner)?;
             String::new()
         }
         Action::CreateDevice {
@@ -287,6 +302,7 @@ fn take(engine: &Engine, step: &Step) -> Result<String, EngineError> {
                 parent: Some(gpu.to_string()),
                 owner: owner.clone(),
                 params: params.clone(),
+                stocking_pool: true,
                 ..CreateRequest::default()
             };
             engine.create_device(&req)?.uuid

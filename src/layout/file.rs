@@ -121,19 +121,41 @@ pub struct SchedulerEntry {
 
 /// `devices = [{ type = "L40S-4Q", count = 8, owner = "pool-day" }]`: keep `count` devices
 /// of `type` tagged `owner` on the GPU. The owner is the pool's tag: devices with it are the
-/// layout's own; a device given to a guest (attached, owner changed) is no longer the pool's.
+/// layout's own, ready and unassigned (spares); one handed out (`CreateDevice` with the
+/// option `pool`, or attached: its owner changed) is no longer the pool's, and the pool is
+/// filled again. `spares` is another name for `count`; with `forecast = true` the count is
+/// sized from the demand forecast instead, between `min` and `max` ([`super::pools`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceEntry {
     /// A type id, name or name without the vendor prefix, as `CreateDevice` takes it.
     #[serde(rename = "type")]
     pub type_query: String,
-    /// How many.
+    /// How many (0 when left out; with `forecast`, the sized count).
+    #[serde(default, alias = "spares")]
     pub count: u32,
     /// The pool's owner tag.
     pub owner: String,
     /// NVIDIA vGPU parameters for new devices (`vgpu_params`).
     pub params: Option<String>,
+    /// Size the count from the forecast of the type's requests ([`super::pools`]).
+    #[serde(default)]
+    pub forecast: bool,
+    /// With `forecast`: the fewest spares kept, whatever the forecast says.
+    pub min: Option<u32>,
+    /// With `forecast`: the most spares kept on the GPU (required).
+    pub max: Option<u32>,
+}
+
+impl DeviceEntry {
+    /// The most devices the entry may keep made on one GPU.
+    pub fn most(&self) -> u32 {
+        if self.forecast {
+            self.max.unwrap_or(0)
+        } else {
+            self.count
+        }
+    }
 }
 
 impl SchedulerEntry {
@@ -296,6 +318,7 @@ fn check(layout: &Layout) -> Result<(), String> {
             if d.count > MAX_COUNT {
                 return Err(format!("{at}: count {} is above {MAX_COUNT}", d.count));
             }
+            check_elastic(&at, d)?;
             if !pools.insert((d.type_query.to_lowercase(), d.owner.clone())) {
                 return Err(format!(
                     "{at}: type {} with owner {} is named twice",
@@ -303,12 +326,42 @@ fn check(layout: &Layout) -> Result<(), String> {
                 ));
             }
         }
-        let total: u64 = g.devices.iter().map(|d| u64::from(d.count)).sum();
+        let total: u64 = g.devices.iter().map(|d| u64::from(d.most())).sum();
         if total > u64::from(MAX_GPU_DEVICES) {
             return Err(format!(
                 "{at}: the devices entries keep {total} devices made, above {MAX_GPU_DEVICES} (a GPU holds far fewer)"
             ));
         }
+    }
+    Ok(())
+}
+
+/// An elastic entry: `forecast` with `max` (and `min` at most `max`) and no count; `min` and
+/// `max` only with `forecast`.
+fn check_elastic(at: &str, d: &DeviceEntry) -> Result<(), String> {
+    let pool = format!("{at}: pool {}", d.owner);
+    if !d.forecast {
+        if d.min.is_some() || d.max.is_some() {
+            return Err(format!("{pool}: min and max need forecast = true"));
+        }
+        return Ok(());
+    }
+    if d.count != 0 {
+        return Err(format!(
+            "{pool}: forecast = true sizes the count: give min and max instead of count or spares"
+        ));
+    }
+    let Some(max) = d.max else {
+        return Err(format!("{pool}: forecast = true needs max"));
+    };
+    if max > MAX_COUNT {
+        return Err(format!("{pool}: max {max} is above {MAX_COUNT}"));
+    }
+    if d.min.unwrap_or(0) > max {
+        return Err(format!(
+            "{pool}: min {} is above max {max}",
+            d.min.unwrap_or(0)
+        ));
     }
     Ok(())
 }
@@ -367,6 +420,11 @@ gpu_instances = ["3g.71gb", "3g.71gb"]
             ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", count = 1, owner = \"pool\\u202Eday\" }]\n", "U+202E at character 5"),
             ("[[gpu]]\nmodel = \"m\"\nmig = false\ngpu_instances = [\"1g.18gb\"]\n", "mig = true"),
             ("[[gpu]]\nmodel = \"m\"\nvfs = -1\n", ""),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", owner = \"p\", max = 4 }]\n", "min and max need forecast = true"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", owner = \"p\", forecast = true }]\n", "forecast = true needs max"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", owner = \"p\", forecast = true, spares = 2, max = 4 }]\n", "instead of count or spares"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", owner = \"p\", forecast = true, min = 5, max = 4 }]\n", "min 5 is above max 4"),
+            ("[[gpu]]\nmodel = \"m\"\ndevices = [{ type = \"x\", owner = \"p\", forecast = true, max = 1000 }, { type = \"x\", owner = \"q\", count = 1000 }]\n", "2000 devices made"),
         ] {
             let e = parsed(text).expect_err(text);
             assert!(e.starts_with("l.toml: "), "{e}");
@@ -375,9 +433,28 @@ gpu_instances = ["3g.71gb", "3g.71gb"]
     }
 
     #[test]
+    fn spares_is_count_and_elastic_entries_parse() {
+        let l = parsed(
+            r#"
+[[gpu]]
+model = "m"
+devices = [
+  { type = "A", spares = 3, owner = "pool-a" },
+  { type = "B", owner = "pool-b", forecast = true, min = 1, max = 6 },
+]
+"#,
+        )
+        .expect("parses");
+        let d = &l.gpus[0].devices;
+        assert_eq!((d[0].count, d[0].forecast, d[0].most()), (3, false, 3));
+        assert_eq!((d[1].count, d[1].min, d[1].most()), (0, Some(1), 6));
+    }
+
+    #[test]
     fn the_shipped_example_parses() {
         let l = parsed(include_str!("../../etc/vgpud/layouts/example.toml")).expect("parses");
         assert_eq!(l.gpus.len(), 2);
+        assert!(l.gpus[0].devices[1].forecast);
     }
 
     #[test]

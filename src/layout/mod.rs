@@ -8,6 +8,8 @@
 pub mod apply;
 pub mod file;
 pub mod plan;
+pub mod pools;
+pub mod reshape;
 
 pub use apply::{apply, host_view, Outcome, Status};
 pub use file::{Layout, LayoutError};

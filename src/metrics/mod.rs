@@ -38,6 +38,7 @@ pub struct Counters {
     changes: Family<Labels, Counter>,
     full_looks: Family<Labels, Counter>,
     uevents: Family<Labels, Counter>,
+    pools: Family<Labels, Counter>,
 }
 
 static COUNTERS: OnceLock<Counters> = OnceLock::new();
@@ -52,6 +53,7 @@ pub fn counters() -> &'static Counters {
         changes: Family::default(),
         full_looks: Family::default(),
         uevents: Family::default(),
+        pools: Family::default(),
     })
 }
 
@@ -101,6 +103,14 @@ impl Counters {
     pub fn full_look(&self, reason: &'static str) {
         self.full_looks
             .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+    }
+
+    /// A pool's work in the background: `refill` (the active layout applied again) or
+    /// `reshape` (a GPU of spares emptied for a type with no room).
+    pub fn pool(&self, what: &'static str) {
+        self.pools
+            .get_or_create(&vec![("what", what.to_string())])
             .inc();
     }
 
@@ -191,6 +201,11 @@ pub fn render_counters() -> String {
         "uevents",
         "Kernel uevents applied, by subsystem and action",
         c.uevents.clone(),
+    );
+    r.register(
+        "pool_work",
+        "Elastic pools' background work, by what (refill: the active layout applied again; reshape: a GPU of spares emptied for a type with no room)",
+        c.pools.clone(),
     );
     encode(&r)
 }

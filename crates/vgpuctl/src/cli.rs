@@ -370,6 +370,9 @@ pub struct CreateArgs {
     /// Reclaim the device once the domain named by --owner has not run for this long.
     #[arg(long, value_name = "SECONDS", requires = "owner")]
     pub lease: Option<u32>,
+    /// Hand out a spare of this pool (a layout's owner tag) at once when it has one.
+    #[arg(long, value_name = "TAG", conflicts_with = "uuid")]
+    pub pool: Option<String>,
 }
 
 /// `domain`.

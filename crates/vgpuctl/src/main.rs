@@ -501,7 +501,8 @@ async fn run(cli: Cli, bus: &BusChoice) -> Result<u8> {
                 .str_opt("uuid", a.uuid)
                 .str_opt("params", a.params)
                 .str_opt("policy", a.policy.map(|p| p.as_str()))
-                .u32_opt("numa_node", a.numa_node);
+                .u32_opt("numa_node", a.numa_node)
+                .str_opt("pool", a.pool);
             if a.transient {
                 o = o.bool("persistent", false);
             }

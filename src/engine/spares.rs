@@ -1,0 +1,141 @@
+//! Spares handed out: a create that names a pool gets a device the pool keeps ready (owner
+//! tag = the pool's) at once, by an ownership change under the device's claim; two requests
+//! never get the same spare. Each hand-out wakes the refill ([`crate::layout::pools`]).
+//!
+//! And room made: a create with no room left may ask the [`Reshaper`] (the pools' side,
+//! which knows which devices are spares) to free a GPU that holds only spares of other
+//! types, then tries once more.
+
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use super::request::CreateRequest;
+use super::{lock, DeviceInfo, Engine, EngineResult};
+use crate::model::MdevType;
+
+/// Hand-outs since the refill last looked, and the signal that one happened.
+#[derive(Debug, Default)]
+pub struct HandOuts {
+    count: Mutex<u64>,
+    signal: Condvar,
+}
+
+impl HandOuts {
+    /// Counts a hand-out and wakes the refill.
+    pub fn note(&self) {
+        *lock(&self.count) += 1;
+        self.signal.notify_all();
+    }
+
+    /// Waits up to `timeout` for a hand-out; whether any came since the last wait.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let count = lock(&self.count);
+        let (mut count, _) = self
+            .signal
+            .wait_timeout_while(count, timeout, |c| *c == 0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let any = *count > 0;
+        *count = 0;
+        any
+    }
+}
+
+/// Frees room for a type no GPU has room for, by removing spares; what it holds while the
+/// create tries again (a lock that keeps the refill off the freed GPU) is dropped after.
+pub trait Reshaper: Send + Sync {
+    /// Called after a create of `req` found no room on any of the GPUs (`gpus`: the physical
+    /// GPUs that offer the type); `None` when nothing was freed.
+    fn make_room(
+        &self,
+        engine: &Engine,
+        req: &CreateRequest,
+        gpus: &[String],
+    ) -> Option<Box<dyn std::any::Any>>;
+}
+
+/// The engine's reshaper, set once by the daemon.
+#[derive(Default)]
+pub struct ReshaperSlot(OnceLock<Arc<dyn Reshaper>>);
+
+impl std::fmt::Debug for ReshaperSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "ReshaperSlot(set)"
+        } else {
+            "ReshaperSlot(none)"
+        })
+    }
+}
+
+impl Engine {
+    /// Sets what frees room for creates that find none (once; later calls are ignored).
+    pub fn set_reshaper(&self, reshaper: Arc<dyn Reshaper>) {
+        let _ = self.reshaper.0.set(reshaper);
+    }
+
+    /// Asks the reshaper to free room for `req` on one of `candidates`' GPUs.
+    pub(super) fn make_room(
+        &self,
+        req: &CreateRequest,
+        candidates: &[(String, MdevType)],
+    ) -> Option<Box<dyn std::any::Any>> {
+        let reshaper = self.reshaper.0.get()?;
+        let mut gpus: Vec<String> = candidates
+            .iter()
+            .map(|(parent, _)| self.gpu_of_parent(parent))
+            .collect();
+        gpus.dedup();
+        reshaper.make_room(self, req, &gpus)
+    }
+
+    /// The hand-outs, for the refill thread.
+    pub fn hand_outs(&self) -> &HandOuts {
+        &self.hand_outs
+    }
+
+    /// Hands out a spare of `pool` of one of `candidates`' types (on the GPU `req` pins, if
+    /// any): the oldest first, its owner set to `req.owner`. `None` when the pool has none.
+    pub(super) fn take_spare(
+        &self,
+        req: &CreateRequest,
+        pool: &str,
+        candidates: &[(String, MdevType)],
+    ) -> EngineResult<Option<DeviceInfo>> {
+        let mut spares: Vec<DeviceInfo> = self
+            .list_devices()
+            .into_iter()
+            .filter(|d| d.owner == pool && d.active)
+            .filter(|d| candidates.iter().any(|(_, t)| t.id == d.type_id))
+            .filter(|d| {
+                req.parent
+                    .as_deref()
+                    .is_none_or(|p| self.gpu_of_parent(&d.parent) == p || d.parent == p)
+            })
+            .collect();
+        spares.sort_by(|a, b| (a.created, &a.uuid).cmp(&(b.created, &b.uuid)));
+        for spare in spares {
+            // Another request working on it (taking it too) is passed by.
+            let Ok(claim) = self.claim(&spare.uuid, false) else {
+                continue;
+            };
+            // Looked at again under the claim: the first look came before it.
+            let Ok(info) = self.known(&spare.uuid) else {
+                continue;
+            };
+            if info.owner != pool || !info.active {
+                continue;
+            }
+            let params = self.params_of(&info);
+            let updated = DeviceInfo {
+                owner: req.owner.clone(),
+                ..info
+            };
+            self.write_record(&updated, params)?;
+            claim.finish(Some(updated.clone()));
+            self.hand_outs.note();
+            tracing::info!(uuid = %updated.uuid, pool, owner = %updated.owner, "spare handed out");
+            return Ok(Some(updated));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,241 @@
+//! Elastic pools: the spares a layout keeps made, handed out at once, filled again in the
+//! background, and sized from the forecast of demand.
+//!
+//! - **Spares.** A layout's device entry keeps `count` (or `spares`) devices of its type
+//!   tagged with the pool's owner tag on each GPU it matches: made, unassigned, ready.
+//! - **Hand-out.** `CreateDevice(type, {pool: TAG, owner: …})` gives the caller the oldest
+//!   spare of the type at once, by changing its owner: no kernel create, no wait for the
+//!   GPU's lock ([`crate::engine::Engine::create_device`]). With no spare left it makes one,
+//!   as without `pool`. The demand record counts the first as served warm, the second cold.
+//! - **The active layout.** The layout applied last (`ApplyLayout`, not a dry run, or the one
+//!   applied at start) is the one pools are filled from. Its name is kept in
+//!   `var/lib/vgpud/active-layout`, so a restart or a reboot goes on with it.
+//! - **Refill.** After a hand-out, once no other has come for [`REFILL_SETTLE`], the refill
+//!   thread applies the active layout again: the same plan and steps as `ApplyLayout`, so the
+//!   creates take their turn like any other and never take a device in use. A layout with
+//!   forecast entries is also applied every [`SIZING_INTERVAL`], so spares grow before a
+//!   predicted peak and shrink after it.
+//! - **Sizing.** An entry with `forecast = true` keeps, on each GPU it matches,
+//!   ⌈max(forecast of this hour, forecast of the next) ÷ the GPUs it matches⌉ spares, at least
+//!   `min` and at most `max` ([`wanted_spares`]). Refilling a GPU takes seconds here (a storm
+//!   makes tens of devices a second on the simulated host, docs/benchmarks.md), far under an
+//!   hour, so looking one hour ahead covers the time spares take to make.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::host::Host;
+
+use super::file::Layout;
+use super::plan::{self, HostView};
+
+/// How long hand-outs must pause before the refill starts (a storm's hand-outs come first).
+pub const REFILL_SETTLE: Duration = Duration::from_secs(1);
+/// How often a layout with forecast entries is applied again.
+pub const SIZING_INTERVAL: Duration = Duration::from_secs(300);
+/// The file that names the active layout, below the state directory.
+const ACTIVE: &str = "active-layout";
+
+/// The spares a forecast entry keeps on one of the `gpus` GPUs it matches.
+pub fn wanted_spares(this_hour: f64, next_hour: f64, gpus: usize, min: u32, max: u32) -> u32 {
+    let ahead = this_hour.max(next_hour).max(0.0);
+    let per_gpu = (ahead / gpus.max(1) as f64).ceil();
+    // A forecast beyond u32 is capped by max anyway.
+    let per_gpu = if per_gpu >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        per_gpu as u32
+    };
+    per_gpu.clamp(min.min(max), max)
+}
+
+/// The layout with each forecast entry's count sized from the forecast at `now_s`; a type
+/// the forecast cannot name keeps `min`.
+pub fn sized(engine: &Engine, layout: &Layout, view: &HostView, now_s: u64) -> Layout {
+    let mut out = layout.clone();
+    if !layout
+        .gpus
+        .iter()
+        .any(|g| g.devices.iter().any(|d| d.forecast))
+    {
+        return out;
+    }
+    let matched = plan::entries_by_gpu(layout, view);
+    for (gi, entry) in out.gpus.iter_mut().enumerate() {
+        let gpus = matched
+            .iter()
+            .filter(|(e, _)| std::ptr::eq(*e, &layout.gpus[gi]))
+            .count();
+        for d in entry.devices.iter_mut().filter(|d| d.forecast) {
+            let (min, max) = (d.min.unwrap_or(0), d.max.unwrap_or(0));
+            d.count = match engine.forecast_of(&d.type_query, now_s, 2) {
+                Ok(f) => {
+                    let at = |i: usize| f.ahead.get(i).map_or(0.0, |(_, v)| *v);
+                    wanted_spares(at(0), at(1), gpus, min, max)
+                }
+                Err(_) => min.min(max),
+            };
+        }
+    }
+    out
+}
+
+/// Whether a layout has entries sized from the forecast.
+pub fn has_forecast(layout: &Layout) -> bool {
+    layout
+        .gpus
+        .iter()
+        .any(|g| g.devices.iter().any(|d| d.forecast))
+}
+
+/// Records `name` as the active layout (durably): pools are filled from it from now on.
+pub fn remember(host: &Host, name: &str) -> crate::persist::PersistResult<()> {
+    crate::persist::write_state_file(&host.state(ACTIVE), format!("{name}\n").as_bytes())
+}
+
+/// The active layout's name; a file that is bad or names no plain layout is set aside.
+pub fn active(host: &Host) -> Option<String> {
+    let path = host.state(ACTIVE);
+    match crate::persist::read_state_file(&path, 1024) {
+        Ok(None) => None,
+        Ok(Some(text)) => {
+            let name = text.trim_end_matches('\n');
+            match super::file::check_name(name) {
+                Ok(()) => Some(name.to_string()),
+                Err(e) => {
+                    let bad = crate::persist::BadFile::new(&path, e.to_string());
+                    crate::persist::set_aside(&bad, "active layout file");
+                    None
+                }
+            }
+        }
+        Err(bad) => {
+            crate::persist::set_aside(&bad, "active layout file");
+            None
+        }
+    }
+}
+
+/// Applies layout `name` from its file, as a call of `method` (its cause in the audit log
+/// and events), its events in one batch.
+pub fn apply_named(
+    engine: &Engine,
+    name: &str,
+    method: &str,
+) -> Result<Vec<super::Outcome>, super::LayoutError> {
+    let layout = super::file::load(engine.host().root(), name)?;
+    let cause = crate::engine::Cause {
+        method: method.into(),
+        ..crate::engine::Cause::default()
+    };
+    crate::engine::with_cause(cause, || {
+        engine
+            .events()
+            .batch(|| super::apply(engine, &layout, false))
+    })
+}
+
+/// Applies the active layout again (the refill); every step that is not done is logged.
+pub fn refill(engine: &Engine, why: &str) {
+    let Some(name) = active(engine.host()) else {
+        return;
+    };
+    match apply_named(engine, &name, "RefillPools") {
+        Ok(outcomes) => {
+            let done = outcomes
+                .iter()
+                .filter(|o| o.status == super::Status::Done)
+                .count();
+            for o in outcomes.iter().filter(|o| o.status != super::Status::Done) {
+                tracing::info!(layout = %name, status = o.status.name(), gpu = %o.gpu,
+                    action = %o.action, subject = %o.subject, detail = %o.detail,
+                    "pool refill step");
+            }
+            if done > 0 {
+                crate::metrics::counters().pool("refill");
+                tracing::info!(layout = %name, steps = done, why, "pools refilled");
+            }
+        }
+        Err(e) => tracing::warn!(layout = %name, "the active layout cannot be used: {e}"),
+    }
+}
+
+/// Runs the refill loop on a thread of its own: after hand-outs (once they pause for
+/// [`REFILL_SETTLE`]), and every [`SIZING_INTERVAL`] while the active layout has forecast
+/// entries.
+pub fn spawn_refill(engine: Arc<Engine>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("vgpud-refill".into())
+        .spawn(move || loop {
+            let handed_out = engine.hand_outs().wait(SIZING_INTERVAL);
+            if handed_out {
+                // Let the storm's hand-outs gather: refill once they pause.
+                while engine.hand_outs().wait(REFILL_SETTLE) {}
+                refill(&engine, "spares were handed out");
+            } else if active_has_forecast(engine.host()) {
+                refill(&engine, "the forecast was looked at again");
+            }
+        })
+}
+
+fn active_has_forecast(host: &Host) -> bool {
+    active(host)
+        .and_then(|name| super::file::load(host.root(), &name).ok())
+        .is_some_and(|l| has_forecast(&l))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{active, remember, wanted_spares, ACTIVE};
+    use crate::host::Host;
+
+    #[test]
+    fn the_active_layout_is_kept_and_a_bad_file_is_set_aside_never_a_hang() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::simulated(dir.path());
+        assert_eq!(active(&host), None);
+        remember(&host, "vdi-day").expect("remember");
+        assert_eq!(active(&host).as_deref(), Some("vdi-day"));
+        let path = host.state(ACTIVE);
+        let bad = host.state("active-layout.bad");
+        // A name that is not a plain layout name (it would name a path elsewhere).
+        std::fs::write(&path, "../../etc/passwd\n").expect("write");
+        assert_eq!(active(&host), None);
+        assert!(bad.exists() && !path.exists());
+        std::fs::remove_file(&bad).expect("rm");
+        // A FIFO is set aside at once, never read.
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        assert_eq!(active(&host), None);
+        assert!(bad.exists() && !path.exists());
+        std::fs::remove_file(&bad).expect("rm");
+        // A link is set aside too; so is a huge file.
+        std::os::unix::fs::symlink("/etc/hostname", &path).expect("symlink");
+        assert_eq!(active(&host), None);
+        assert!(!path.exists());
+        std::fs::remove_file(&bad).expect("rm");
+        std::fs::write(&path, "a".repeat(4096)).expect("write");
+        assert_eq!(active(&host), None);
+        assert!(bad.exists());
+    }
+
+    #[test]
+    fn spares_cover_the_busier_of_this_hour_and_the_next_split_over_the_gpus() {
+        // A peak of 40 logins next hour on 16 GPUs: 3 each (40 ÷ 16 rounded up).
+        assert_eq!(wanted_spares(2.0, 40.0, 16, 0, 8), 3);
+        // After the peak, the hour under way still counts.
+        assert_eq!(wanted_spares(40.0, 0.0, 16, 0, 8), 3);
+        // Bounded by max, raised to min.
+        assert_eq!(wanted_spares(1000.0, 0.0, 4, 0, 8), 8);
+        assert_eq!(wanted_spares(0.0, 0.0, 4, 2, 8), 2);
+        // A fraction of a login still asks for one spare.
+        assert_eq!(wanted_spares(0.2, 0.0, 4, 0, 8), 1);
+        // No GPU matched counts as one; nonsense forecasts are nothing.
+        assert_eq!(wanted_spares(3.0, -5.0, 0, 0, 8), 3);
+        assert_eq!(wanted_spares(f64::NAN, -1.0, 2, 1, 8), 1);
+        assert_eq!(wanted_spares(f64::INFINITY, 0.0, 2, 0, 8), 8);
+        // min above max never happens in a checked layout; max wins.
+        assert_eq!(wanted_spares(0.0, 0.0, 1, 9, 4), 4);
+    }
+}

@@ -1,0 +1,278 @@
+//! Elastic pools end to end (issue #25): a real vgpud on a simulated host keeps a layout's
+//! spares made, hands one out at once to a create that names the pool (busctl and the client
+//! library), never the same one twice in a storm, fills the pool again in the background, and
+//! goes on filling it from the same layout after a restart. The demand record counts the
+//! hand-outs as served warm.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::setup::Setup;
+use vgpud_client::{Client, Options};
+
+const TYPE: &str = "RTX6000-2Q";
+const POOL: &str = "pool-vdi";
+
+/// The spares of the pool (devices with its owner tag), sorted.
+async fn spares(c: &Client) -> Vec<String> {
+    let mut v: Vec<String> = c
+        .list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .filter(|d| d.owner == POOL)
+        .map(|d| d.uuid)
+        .collect();
+    v.sort();
+    v
+}
+
+/// Waits up to 15 s for the pool to hold `n` spares, none of `not`; fails with what it holds.
+async fn wait_spares(c: &Client, n: usize, not: &[String]) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = spares(c).await;
+        if now.len() == n && now.iter().all(|u| !not.contains(u)) {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool holds {now:?}, not {n} new spares (handed out: {not:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A Turing host with the layout `vdi`: two spares of RTX6000-2Q on the first GPU, and a
+/// forecast entry of RTX6000-1Q on the second (no history yet: its min, 1; a GPU in
+/// equal-size mode holds one type).
+async fn host() -> (Setup, Client) {
+    let s = Setup::new(&["nvidia-turing"]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    assert_eq!(gpus.len(), 2, "{gpus:?}");
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    std::fs::write(
+        dir.join("vdi.toml"),
+        format!(
+            r#"
+description = "VDI pools"
+[[gpu]]
+address = "{}"
+devices = [{{ type = "{TYPE}", spares = 2, owner = "{POOL}" }}]
+[[gpu]]
+address = "{}"
+devices = [{{ type = "RTX6000-1Q", owner = "pool-task", forecast = true, min = 1, max = 4 }}]
+"#,
+            gpus[0], gpus[1]
+        ),
+    )
+    .expect("layout");
+    (s, c)
+}
+
+#[tokio::test]
+async fn a_spare_is_handed_out_at_once_never_twice_and_the_pool_is_filled_again() {
+    let (s, c) = host().await;
+    let steps = c.apply_layout("vdi", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    let first = spares(&c).await;
+    assert_eq!(first.len(), 2, "{steps:?}");
+    let task: Vec<_> = c
+        .list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .filter(|d| d.owner == "pool-task")
+        .collect();
+    assert_eq!(task.len(), 1, "the forecast entry keeps its min: {task:?}");
+
+    // busctl, a client we did not write: the oldest spare, now vm-a's.
+    let got = s
+        .busctl_create(TYPE, &[("pool", POOL), ("owner", "vm-a")])
+        .expect("CreateDevice from the pool");
+    assert!(
+        first.contains(&got),
+        "{got} is not one of the spares {first:?}"
+    );
+    assert_eq!(c.device(&got).await.expect("device").owner, "vm-a");
+
+    // The refill makes the pool whole again in the background, with new devices.
+    let refilled = wait_spares(&c, 2, std::slice::from_ref(&got)).await;
+
+    // A storm of 6 through the pool (the GPU holds 12 2Q): each caller gets its own
+    // device, the two spares among them.
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let o = Options::new()
+                    .str("pool", POOL)
+                    .str("owner", format!("vm-{i}"));
+                c.create_device(TYPE, &o).await.map(|(u, _)| (i, u))
+            })
+        })
+        .collect();
+    let mut got: Vec<(usize, String)> = Vec::new();
+    for call in calls {
+        got.push(
+            call.await
+                .expect("join")
+                .expect("every create of the storm"),
+        );
+    }
+    let uuids: BTreeSet<&String> = got.iter().map(|(_, u)| u).collect();
+    assert_eq!(uuids.len(), 6, "a device was handed out twice: {got:?}");
+    for (i, u) in &got {
+        assert_eq!(c.device(u).await.expect("device").owner, format!("vm-{i}"));
+    }
+    let warm = got.iter().filter(|(_, u)| refilled.contains(u)).count();
+    assert_eq!(
+        warm, 2,
+        "both spares served the storm: {got:?} {refilled:?}"
+    );
+    let handed: Vec<String> = got.into_iter().map(|(_, u)| u).collect();
+    wait_spares(&c, 2, &handed).await;
+
+    // The demand record: 7 requests, the 3 spares served warm (more if a refill came in
+    // the storm), the rest cold.
+    let rows = c
+        .demand(TYPE, &Options::new().u64("from", 0).u64("step", 604_800))
+        .await
+        .expect("GetDemand");
+    let sum = rows.iter().fold((0, 0, 0), |(r, w, k), row| {
+        (r + row.1, w + row.2, k + row.3)
+    });
+    assert_eq!(sum.0, 7, "{rows:?}");
+    assert!(sum.1 >= 3 && sum.1 + sum.2 == 7, "{rows:?}");
+    assert!(
+        s.daemon.log_text().contains("spare handed out"),
+        "{}",
+        s.daemon.log_text()
+    );
+}
+
+#[tokio::test]
+async fn the_active_layout_keeps_filling_its_pools_after_a_restart() {
+    let (mut s, c) = host().await;
+    c.apply_layout("vdi", false).await.expect("ApplyLayout");
+    let before = spares(&c).await;
+    s.restart().await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let got = s
+        .busctl_create(TYPE, &[("pool", POOL), ("owner", "vm-a")])
+        .expect("CreateDevice from the pool");
+    assert!(before.contains(&got), "{got} {before:?}");
+    wait_spares(&c, 2, &[got]).await;
+}
+
+#[tokio::test]
+async fn a_pool_with_no_spare_of_the_type_makes_one_and_bad_pool_options_are_refused() {
+    let (s, c) = host().await;
+    // No layout applied: nothing to hand out, so the create makes a device.
+    let made = s
+        .busctl_create(TYPE, &[("pool", POOL), ("owner", "vm-a")])
+        .expect("a cold create");
+    assert_eq!(c.device(&made).await.expect("device").owner, "vm-a");
+    for (options, says) in [
+        (vec![("pool", "")], "pool must name a pool"),
+        (vec![("pool", "pool\u{202e}x")], "U+202E"),
+        (
+            vec![
+                ("pool", POOL),
+                ("uuid", "5a1e0000-0000-4000-8000-000000000001"),
+            ],
+            "exclude each other",
+        ),
+    ] {
+        let e = s.busctl_create(TYPE, &options).expect_err("refused");
+        assert!(e.contains(says), "{options:?}: {e}");
+    }
+    let long = "p".repeat(300);
+    let e = s
+        .busctl_create(TYPE, &[("pool", long.as_str())])
+        .expect_err("too long");
+    assert!(e.contains("pool"), "{e}");
+}
+
+#[tokio::test]
+async fn a_type_with_no_room_empties_a_gpu_of_spares_never_one_with_a_desktop() {
+    let (s, c) = host().await;
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    // Spares of 4Q on both GPUs; a GPU runs one size at a time (equal-size mode).
+    let entry = |gpu: &str| {
+        format!(
+            "[[gpu]]\naddress = \"{gpu}\"\ndevices = [{{ type = \"RTX6000-4Q\", spares = 2, owner = \"pool-4q\" }}]\n"
+        )
+    };
+    std::fs::write(
+        s.host.path("etc/vgpud/layouts/four.toml"),
+        entry(&gpus[0]) + &entry(&gpus[1]),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("four", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    // A desktop of 4Q on the first GPU: that GPU is never emptied.
+    let desktop = s
+        .busctl_create("RTX6000-4Q", &[("parent", &gpus[0]), ("owner", "alice-vm")])
+        .expect("a desktop");
+    let spares_on = |gpu: &str| {
+        let gpu = gpu.to_string();
+        let c = c.clone();
+        async move {
+            c.list_devices()
+                .await
+                .expect("ListDevices")
+                .into_iter()
+                .filter(|d| d.owner == "pool-4q" && d.gpu == gpu)
+                .count()
+        }
+    };
+    assert_eq!(
+        (spares_on(&gpus[0]).await, spares_on(&gpus[1]).await),
+        (2, 2)
+    );
+
+    // A 2Q login (gdbus, another client we did not write): no GPU has room for 2Q, so the
+    // second GPU's spares go and the 2Q is made there.
+    let out = s
+        .bus
+        .gdbus_call("CreateDevice", &["RTX6000-2Q", "{'owner': <'bob-vm'>}"])
+        .expect("a 2Q after a re-shape");
+    let made = c
+        .list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .find(|d| d.owner == "bob-vm")
+        .unwrap_or_else(|| panic!("no bob-vm device: {out}"));
+    assert_eq!(made.gpu, gpus[1]);
+    assert_eq!(spares_on(&gpus[1]).await, 0);
+    assert_eq!(
+        spares_on(&gpus[0]).await,
+        2,
+        "the desktop's GPU keeps its spares"
+    );
+    assert_eq!(c.device(&desktop).await.expect("desktop").owner, "alice-vm");
+    assert!(
+        s.daemon.log_text().contains("re-shaped a GPU of spares"),
+        "{}",
+        s.daemon.log_text()
+    );
+    // Now no GPU holds only spares: a 1Q is refused, and nothing is removed for it.
+    let before = c.list_devices().await.expect("ListDevices").len();
+    let e = s
+        .busctl_create("RTX6000-1Q", &[("owner", "carol-vm")])
+        .expect_err("no room for 1Q");
+    assert!(e.contains("no GPU can take a RTX6000-1Q"), "{e}");
+    assert_eq!(c.list_devices().await.expect("ListDevices").len(), before);
+}
