@@ -113,29 +113,42 @@ impl Engine {
             })
             .collect();
         spares.sort_by(|a, b| (a.created, &a.uuid).cmp(&(b.created, &b.uuid)));
-        for spare in spares {
-            // Another request working on it (taking it too) is passed by.
-            let Ok(claim) = self.claim(&spare.uuid, false) else {
-                continue;
-            };
-            // Looked at again under the claim: the first look came before it.
-            let Ok(info) = self.known(&spare.uuid) else {
-                continue;
-            };
-            if info.owner != pool || !info.active {
-                continue;
+        for spare in &spares {
+            if let Some(given) = self.hand_out(spare, pool, req)? {
+                return Ok(Some(given));
             }
-            let params = self.params_of(&info);
-            let updated = DeviceInfo {
-                owner: req.owner.clone(),
-                ..info
-            };
-            self.write_record(&updated, params)?;
-            claim.finish(Some(updated.clone()));
-            self.hand_outs.note();
-            tracing::info!(uuid = %updated.uuid, pool, owner = %updated.owner, "spare handed out");
-            return Ok(Some(updated));
         }
         Ok(None)
+    }
+
+    /// Gives `spare` (as a look at the devices saw it) to `req.owner`, if it is still the
+    /// pool's when claimed: another request may have taken it since the look (`None`).
+    pub(super) fn hand_out(
+        &self,
+        spare: &DeviceInfo,
+        pool: &str,
+        req: &CreateRequest,
+    ) -> EngineResult<Option<DeviceInfo>> {
+        // Another request working on it (taking it too) is passed by.
+        let Ok(claim) = self.claim(&spare.uuid, false) else {
+            return Ok(None);
+        };
+        // Looked at again under the claim: the first look came before it.
+        let Ok(info) = self.known(&spare.uuid) else {
+            return Ok(None);
+        };
+        if info.owner != pool || !info.active {
+            return Ok(None);
+        }
+        let params = self.params_of(&info);
+        let updated = DeviceInfo {
+            owner: req.owner.clone(),
+            ..info
+        };
+        self.write_record(&updated, params)?;
+        claim.finish(Some(updated.clone()));
+        self.hand_outs.note();
+        tracing::info!(uuid = %updated.uuid, pool, owner = %updated.owner, "spare handed out");
+        Ok(Some(updated))
     }
 }

@@ -815,6 +815,14 @@ fn a_spare_is_handed_out_once_and_one_handed_out_is_never_removed_as_a_spare() {
         e.hand_outs().wait(Duration::ZERO),
         "the hand-outs wake the refill"
     );
+    // A spare another request took between the look and the claim is passed by.
+    let d = e.create_device(&spare("pool-a")).expect("spare d");
+    e.set_owner(&d.uuid, "vm-first").expect("taken first");
+    let late = e
+        .hand_out(&d, "pool-a", &from_pool("vm-late"))
+        .expect("hand-out");
+    assert_eq!(late, None);
+    assert_eq!(e.device(&d.uuid).expect("kept").owner, "vm-first");
     // A layout's removal of a spare handed out meanwhile is refused, and the device kept.
     let err = e.remove_spare(&a.uuid, "pool-a").expect_err("handed out");
     assert!(matches!(err, EngineError::Busy(_)), "{err}");
