@@ -16,7 +16,11 @@
 //! and once per binary, on a host of its own: ten storms of 384 concurrent persistent
 //! creates of RTX8000-2Q (each removed again): the first storm's creates/s, the tenth's over
 //! the first's, and vgpud's CPU per create (process CPU during the storm ÷ creates; the
-//! simulated kernel runs in vgpud's process and is included).
+//! simulated kernel runs in vgpud's process and is included), and of that the simulated
+//! kernel's and NVML's shares as vgpud counts them (`vgpud_simulated_kernel_cpu_seconds_total`
+//! and `vgpud_nvml_cpu_seconds_total` from its metrics endpoint, read before and after each
+//! storm; the read after includes one rendering of the host's metrics), the rest being
+//! vgpud's own.
 //!
 //! Run: `cargo bench --bench idle`. `VGPUD_BENCH_BEFORE=<a vgpud binary>` (and
 //! `VGPUD_BENCH_BEFORE_CTL=<its vgpuctl>`; without it this build's vgpuctl serves both) are
@@ -69,6 +73,34 @@ struct Running {
     bus: bus::Bus,
     _dir: tempfile::TempDir,
     host: daemon::BenchHost,
+    /// Its metrics endpoint (`--metrics-listen`).
+    metrics: std::net::SocketAddr,
+}
+
+/// The CPU seconds vgpud counted in the simulated kernel and in NVML, from its metrics;
+/// `None` from a vgpud that does not count them.
+fn cpu_apart(metrics: std::net::SocketAddr) -> Option<(f64, f64)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let value = |name: &str| {
+        text.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    Some((
+        value("vgpud_simulated_kernel_cpu_seconds_total")?,
+        value("vgpud_nvml_cpu_seconds_total")?,
+    ))
 }
 
 impl Binaries {
@@ -77,7 +109,17 @@ impl Binaries {
         let host = bench_host("large");
         let dir = tempfile::tempdir().expect("tempdir");
         let bus = start_bus(dir.path());
-        let args = [OsStr::new("--nvml-library"), self.nvml.as_os_str()];
+        // A free port for the metrics endpoint.
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let listen = metrics.to_string();
+        let args = [
+            OsStr::new("--nvml-library"),
+            self.nvml.as_os_str(),
+            OsStr::new("--metrics-listen"),
+            OsStr::new(listen.as_str()),
+        ];
         let (vgpud, _) = start_daemon_args(
             &self.vgpud,
             &host.root,
@@ -92,6 +134,7 @@ impl Binaries {
             bus,
             _dir: dir,
             host,
+            metrics,
         }
     }
 }
@@ -111,6 +154,10 @@ struct Row {
 struct Storms {
     rates: Vec<f64>,
     cpu_ms_per_create: Vec<f64>,
+    /// Of that, ms in the simulated kernel and in NVML (empty: the binary does not count
+    /// them).
+    kernel_ms_per_create: Vec<f64>,
+    nvml_ms_per_create: Vec<f64>,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -370,13 +417,21 @@ fn measure_storms(rt: &tokio::runtime::Runtime, bins: &Binaries, rounds: usize) 
         let mut storms = Storms {
             rates: Vec::new(),
             cpu_ms_per_create: Vec::new(),
+            kernel_ms_per_create: Vec::new(),
+            nvml_ms_per_create: Vec::new(),
         };
         for _ in 0..rounds {
+            let apart0 = cpu_apart(r.metrics);
             let cpu0 = cpu_ms(pid);
             let (made, wall) = create_storm(&managers, STORM_TYPE, STORM).await;
             let cpu = cpu_ms(pid) - cpu0;
-            storms.rates.push(made.len() as f64 / (wall / 1000.0));
-            storms.cpu_ms_per_create.push(cpu / made.len() as f64);
+            let n = made.len() as f64;
+            storms.rates.push(n / (wall / 1000.0));
+            storms.cpu_ms_per_create.push(cpu / n);
+            if let (Some(a), Some(b)) = (apart0, cpu_apart(r.metrics)) {
+                storms.kernel_ms_per_create.push((b.0 - a.0) * 1000.0 / n);
+                storms.nvml_ms_per_create.push((b.1 - a.1) * 1000.0 / n);
+            }
             each_device(&managers, &made, false).await;
         }
         storms
@@ -475,18 +530,27 @@ fn main() {
         }
     }
     out.push_str(&format!(
-        "\n| vgpud | storm of {STORM} persistent creates (creates/s, first) | storm {rounds} ÷ storm 1 | vgpud CPU per create (ms, median of {rounds}) |\n|---|---|---|---|\n"
+        "\n| vgpud | storm of {STORM} persistent creates (creates/s, first) | storm {rounds} ÷ storm 1 | vgpud's process CPU per create (ms, median of {rounds}) | of which the simulated kernel | of which NVML | vgpud's own |\n|---|---|---|---|---|---|---|\n"
     ));
     for b in &all {
         eprintln!("{}: {rounds} storms…", b.label);
         let mut s = measure_storms(&rt, b, rounds);
         let first = s.rates[0];
         let last = s.rates[s.rates.len() - 1];
+        let total = median(&mut s.cpu_ms_per_create);
+        let apart = if s.kernel_ms_per_create.is_empty() {
+            "not counted | not counted | -".to_string()
+        } else {
+            let (k, n) = (
+                median(&mut s.kernel_ms_per_create),
+                median(&mut s.nvml_ms_per_create),
+            );
+            format!("{k:.3} | {n:.3} | {:.3}", total - k - n)
+        };
         out.push_str(&format!(
-            "| {} | {first:.0} | {:.2} | {:.3} |\n",
+            "| {} | {first:.0} | {:.2} | {total:.3} | {apart} |\n",
             b.label,
             last / first,
-            median(&mut s.cpu_ms_per_create)
         ));
     }
     print!("{out}");

@@ -313,8 +313,9 @@ impl Engine {
     }
 
     /// Uses this NVIDIA control plane (NVML) and reads what it says of every NVIDIA GPU.
+    /// Its calls' CPU time is counted as NVML's ([`crate::metrics::cpu`]).
     pub fn with_control(mut self, control: Arc<dyn crate::gpu_control::GpuControl>) -> Self {
-        self.control = control;
+        self.control = Arc::new(crate::gpu_control::timed::Timed(control));
         self.refresh_nvidia_all(false);
         self
     }

@@ -9,6 +9,7 @@
 
 pub mod nvml;
 pub mod probe;
+pub mod timed;
 
 use std::fmt;
 

@@ -6,6 +6,7 @@
 //! the Prometheus text format (0.0.4) on a localhost HTTP listener (`GET /metrics`) and/or
 //! written to a node_exporter textfile.
 
+pub mod cpu;
 pub mod export;
 pub mod safe_write;
 
@@ -201,6 +202,21 @@ pub fn render_counters() -> String {
         "uevents",
         "Kernel uevents applied, by subsystem and action",
         c.uevents.clone(),
+    );
+    let cpu = |part| {
+        let c: Counter<f64, AtomicU64> = Counter::default();
+        c.inc_by(cpu::seconds(part));
+        c
+    };
+    r.register(
+        "simulated_kernel_cpu_seconds",
+        "CPU time vgpud's process spent in the simulated kernel (a simulated host only: its side effects and uevents run in vgpud's process)",
+        cpu(cpu::Part::SimulatedKernel),
+    );
+    r.register(
+        "nvml_cpu_seconds",
+        "CPU time vgpud's process spent in calls of the NVML library",
+        cpu(cpu::Part::Nvml),
     );
     r.register(
         "pool_work",
