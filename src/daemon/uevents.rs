@@ -291,6 +291,7 @@ fn apply(engine: &Engine, ev: &Uevent) -> bool {
             let quiet = matches!(
                 update,
                 crate::engine::uevents::UeventUpdate::Ignored
+                    | crate::engine::uevents::UeventUpdate::Own { .. }
                     | crate::engine::uevents::UeventUpdate::Device {
                         change: "unchanged",
                         ..

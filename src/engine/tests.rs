@@ -832,3 +832,34 @@ fn a_spare_is_handed_out_once_and_one_handed_out_is_never_removed_as_a_spare() {
     e.remove_spare(&c.uuid, "pool-a").expect("removed");
     assert!(e.device(&c.uuid).is_none());
 }
+
+#[test]
+fn an_mdev_uevent_during_vgpuds_own_operation_is_left_to_it_and_read_otherwise() {
+    let (_d, e) = engine(&["nvidia-turing"]);
+    let made = e.create_device(&req("RTX6000-2Q")).expect("create");
+    let ev = crate::host::uevent::parse(
+        format!(
+            "change@/devices/pci0000:3a/0000:3a:00.0/{p}/{u}\0ACTION=change\0DEVPATH=/devices/pci0000:3a/0000:3a:00.0/{p}/{u}\0SUBSYSTEM=mdev\0SEQNUM=7\0",
+            p = made.parent,
+            u = made.uuid
+        )
+        .as_bytes(),
+    )
+    .expect("parses")
+    .expect("a uevent");
+    let claim = e.claim(&made.uuid, false).expect("in flight");
+    assert_eq!(
+        e.apply_uevent(&ev).expect("applied"),
+        uevents::UeventUpdate::Own {
+            uuid: made.uuid.clone()
+        }
+    );
+    drop(claim);
+    assert_eq!(
+        e.apply_uevent(&ev).expect("applied"),
+        uevents::UeventUpdate::Device {
+            uuid: made.uuid.clone(),
+            change: "unchanged"
+        }
+    );
+}

@@ -37,6 +37,13 @@ pub enum UeventUpdate {
     /// To be applied again once vgpud's own operations in flight are done (they publish
     /// the state they leave; a reading in the middle would publish one they pass through).
     Deferred,
+    /// An mdev that an operation of vgpud's own is on (its create, start, stop or removal,
+    /// whose uevents these usually are): the operation publishes the state it leaves, so the
+    /// device is not read now (its GPU's types are forgotten as for any mdev event).
+    Own {
+        /// Its UUID.
+        uuid: String,
+    },
     /// Nothing vgpud manages.
     Ignored,
 }
@@ -54,6 +61,9 @@ impl std::fmt::Display for UeventUpdate {
                 "GPUs read again (added {added:?}, removed {removed:?}); {devices} device(s) on the function read again"
             ),
             UeventUpdate::Deferred => f.write_str("deferred until vgpud's own operation is done"),
+            UeventUpdate::Own { uuid } => {
+                write!(f, "device {uuid}: vgpud's own operation publishes its outcome")
+            }
             UeventUpdate::Ignored => f.write_str("nothing vgpud manages"),
         }
     }
@@ -67,11 +77,23 @@ impl Engine {
                 let Some(uuid) = crate::model::normalize_uuid(ev.name()) else {
                     return Ok(UeventUpdate::Ignored);
                 };
-                let change = self.refresh_device(&uuid)?;
+                // A reading now would be thrown away: a look leaves a device in flight to its
+                // operation.
+                let own = lock(&self.registry).in_flight.contains(&uuid);
+                let change = if own {
+                    None
+                } else {
+                    Some(self.refresh_device(&uuid)?)
+                };
+                // Its GPU's room changed all the same (also when the operation fails after
+                // the kernel's part).
                 if let Some(parent) = ev.parent_name() {
                     self.forget_types_of(parent);
                 }
-                Ok(UeventUpdate::Device { uuid, change })
+                Ok(match change {
+                    Some(change) => UeventUpdate::Device { uuid, change },
+                    None => UeventUpdate::Own { uuid },
+                })
             }
             Some("pci") => self.pci_uevent(ev),
             // A parent of another bus or class (mtty's) registering or going.
