@@ -56,10 +56,19 @@ async fn made_behind_vgpuds_back(
         return;
     }
     let seen = on_bus_within(w, uuid, true).await;
-    let text = log(w);
-    let named = text
-        .lines()
-        .any(|l| l.contains("uevent") && l.contains("action=add") && l.contains(uuid));
+    // vgpud logs what a uevent led to once it is applied, so the line may follow the
+    // object onto the bus by a moment.
+    let names = |text: &str| {
+        text.lines()
+            .any(|l| l.contains("uevent") && l.contains("action=add") && l.contains(uuid))
+    };
+    let start = Instant::now();
+    let mut text = log(w);
+    while !names(&text) && start.elapsed() < LIMIT {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        text = log(w);
+    }
+    let named = names(&text);
     r.check(
         &format!("uevents.{name}.appears"),
         seen.is_some() && named && full_looks(&text) == looks,
