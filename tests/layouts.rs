@@ -6,7 +6,7 @@ mod common;
 
 use common::daemon::Daemon;
 use common::nvml::fake_library;
-use common::setup::Setup;
+use common::setup::{owned_by, Setup};
 use vgpud_client::{Client, LayoutStep, Options};
 
 const HOST: &[&str] = &["nvidia-l40s", "nvidia-h200"];
@@ -56,19 +56,6 @@ fn summary(steps: &[LayoutStep]) -> Vec<String> {
         .iter()
         .map(|s| format!("{} {} {} {}", s.status, s.gpu, s.action, s.subject))
         .collect()
-}
-
-async fn pool(c: &Client, owner: &str) -> Vec<String> {
-    let mut v: Vec<String> = c
-        .list_devices()
-        .await
-        .expect("ListDevices")
-        .into_iter()
-        .filter(|d| d.owner == owner)
-        .map(|d| d.uuid)
-        .collect();
-    v.sort();
-    v
 }
 
 /// The day layout of this host: every L40S with VFs and a pool of 3, the first H200 in MIG
@@ -172,8 +159,8 @@ async fn a_layout_is_planned_then_applied_and_applying_it_again_changes_nothing(
     assert_eq!(of(&l40s[1].0).len(), 4, "{got:#?}");
 
     // The host is as the layout says, seen through the API.
-    assert_eq!(pool(&c, "pool-day").await.len(), 6);
-    assert_eq!(pool(&c, "pool-h200").await.len(), 2);
+    assert_eq!(owned_by(&c, "pool-day").await.len(), 6);
+    assert_eq!(owned_by(&c, "pool-h200").await.len(), 2);
     for (gpu, _) in l40s.iter().chain(&h200) {
         assert_eq!(c.gpu(gpu).await.expect("Gpu").num_vfs, 32, "{gpu}");
     }
@@ -187,18 +174,18 @@ async fn a_layout_is_planned_then_applied_and_applying_it_again_changes_nothing(
         Some("equal-share")
     );
     // Pool devices are persistent, and mdevctl-style autostart, like any CreateDevice.
-    let first = pool(&c, "pool-h200").await;
+    let first = owned_by(&c, "pool-h200").await;
     let d = c.device(&first[0]).await.expect("Device");
     assert!(d.active && d.persistent && d.autostart, "{d:?}");
 
     assert_eq!(c.diff_layout("day").await.expect("DiffLayout"), []);
-    let before = pool(&c, "pool-day").await;
+    let before = owned_by(&c, "pool-day").await;
     let again = c
         .apply_layout("day", false)
         .await
         .expect("ApplyLayout again");
     assert_eq!(again, [], "applied twice, the second makes no change");
-    assert_eq!(pool(&c, "pool-day").await, before);
+    assert_eq!(owned_by(&c, "pool-day").await, before);
 }
 
 #[tokio::test]
@@ -338,12 +325,12 @@ async fn a_layout_named_in_the_configuration_is_applied_at_every_start() {
     let conf = s.host.path("etc/vgpud/vgpud.toml");
     std::fs::write(&conf, "[layouts]\napply_at_boot = \"day\"\n").expect("vgpud.toml");
     let c = restart(&mut s).await;
-    let first = pool(&c, "pool-day").await;
+    let first = owned_by(&c, "pool-day").await;
     assert_eq!(first.len(), 6, "applied at start");
     assert_eq!(c.diff_layout("day").await.expect("DiffLayout"), []);
     // A restart finds the host as the layout says: the same devices, none made again.
     let c = restart(&mut s).await;
-    assert_eq!(pool(&c, "pool-day").await, first);
+    assert_eq!(owned_by(&c, "pool-day").await, first);
     assert!(s.daemon.log_text().contains("layout applied at start"));
 }
 
@@ -423,7 +410,7 @@ async fn concurrent_applies_of_a_layout_make_its_pool_once() {
         .collect();
     let got = summary(&steps);
     assert_eq!(
-        pool(&c, "pool-four").await.len(),
+        owned_by(&c, "pool-four").await.len(),
         4,
         "four applies at once: {got:#?}"
     );

@@ -9,31 +9,17 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::setup::Setup;
+use common::setup::{owned_by, Setup};
 use vgpud_client::{Client, Options};
 
 const TYPE: &str = "RTX6000-2Q";
 const POOL: &str = "pool-vdi";
 
-/// The spares of the pool (devices with its owner tag), sorted.
-async fn spares(c: &Client) -> Vec<String> {
-    let mut v: Vec<String> = c
-        .list_devices()
-        .await
-        .expect("ListDevices")
-        .into_iter()
-        .filter(|d| d.owner == POOL)
-        .map(|d| d.uuid)
-        .collect();
-    v.sort();
-    v
-}
-
 /// Waits up to 15 s for the pool to hold `n` spares, none of `not`; fails with what it holds.
 async fn wait_spares(c: &Client, n: usize, not: &[String]) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let now = spares(c).await;
+        let now = owned_by(c, POOL).await;
         if now.len() == n && now.iter().all(|u| !not.contains(u)) {
             return now;
         }
@@ -82,7 +68,7 @@ async fn a_spare_is_handed_out_at_once_never_twice_and_the_pool_is_filled_again(
     let (s, c) = host().await;
     let steps = c.apply_layout("vdi", false).await.expect("ApplyLayout");
     assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
-    let first = spares(&c).await;
+    let first = owned_by(&c, POOL).await;
     assert_eq!(first.len(), 2, "{steps:?}");
     let task: Vec<_> = c
         .list_devices()
@@ -162,7 +148,7 @@ async fn a_spare_is_handed_out_at_once_never_twice_and_the_pool_is_filled_again(
 async fn the_active_layout_keeps_filling_its_pools_after_a_restart() {
     let (mut s, c) = host().await;
     c.apply_layout("vdi", false).await.expect("ApplyLayout");
-    let before = spares(&c).await;
+    let before = owned_by(&c, POOL).await;
     s.restart().await;
     let c = Client::from_connection(s.conn.clone())
         .await

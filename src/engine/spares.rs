@@ -101,11 +101,16 @@ impl Engine {
         pool: &str,
         candidates: &[(String, MdevType)],
     ) -> EngineResult<Option<DeviceInfo>> {
-        let mut spares: Vec<DeviceInfo> = self
-            .list_devices()
-            .into_iter()
+        // Only the pool's devices are copied out of the registry, not every device.
+        let pooled: Vec<DeviceInfo> = lock(&self.registry)
+            .devices
+            .values()
             .filter(|d| d.owner == pool && d.active)
             .filter(|d| candidates.iter().any(|(_, t)| t.id == d.type_id))
+            .cloned()
+            .collect();
+        let mut spares: Vec<DeviceInfo> = pooled
+            .into_iter()
             .filter(|d| {
                 req.parent
                     .as_deref()

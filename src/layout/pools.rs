@@ -18,7 +18,7 @@
 //! - **Sizing.** An entry with `forecast = true` keeps, on each GPU it matches,
 //!   ⌈max(forecast of this hour, forecast of the next) ÷ the GPUs it matches⌉ spares, at least
 //!   `min` and at most `max` ([`wanted_spares`]). Refilling a GPU takes seconds here (a storm
-//!   makes tens of devices a second on the simulated host, docs/benchmarks.md), far under an
+//!   makes hundreds of devices a second on the simulated host, docs/benchmarks.md), far under an
 //!   hour, so looking one hour ahead covers the time spares take to make.
 
 use std::sync::Arc;
@@ -54,11 +54,7 @@ pub fn wanted_spares(this_hour: f64, next_hour: f64, gpus: usize, min: u32, max:
 /// the forecast cannot name keeps `min`.
 pub fn sized(engine: &Engine, layout: &Layout, view: &HostView, now_s: u64) -> Layout {
     let mut out = layout.clone();
-    if !layout
-        .gpus
-        .iter()
-        .any(|g| g.devices.iter().any(|d| d.forecast))
-    {
+    if !has_forecast(layout) {
         return out;
     }
     let matched = plan::entries_by_gpu(layout, view);

@@ -89,3 +89,17 @@ impl Setup {
             .map(|d| d[0].as_str().expect("uuid").to_string())
     }
 }
+
+/// The UUIDs of the devices tagged `owner` (a layout pool's spares, for one), sorted.
+pub async fn owned_by(c: &vgpud_client::Client, owner: &str) -> Vec<String> {
+    let mut v: Vec<String> = c
+        .list_devices()
+        .await
+        .expect("ListDevices")
+        .into_iter()
+        .filter(|d| d.owner == owner)
+        .map(|d| d.uuid)
+        .collect();
+    v.sort();
+    v
+}
