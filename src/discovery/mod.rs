@@ -423,6 +423,34 @@ pub fn scan_devices(host: &Host) -> HostResult<Vec<MdevDevice>> {
     Ok(devices)
 }
 
+/// How long [`read_device_settled`] waits for a device the kernel is still making.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Reads one mdev as [`read_device`] does, for a uevent about it. The kernel announces a
+/// new mdev (`add`, then `bind` to its driver) before it links the mdev's `mdev_type`
+/// (mdev_core.c: `device_add`, `device_driver_attach`, then `mdev_create_sysfs_files`), so a
+/// reading right after the event may find the bus entry without its type. Such a device is
+/// read again every millisecond, for at most 100 ms, until it is whole.
+pub fn read_device_settled(host: &Host, uuid: &str) -> HostResult<Option<MdevDevice>> {
+    let deadline = std::time::Instant::now() + SETTLE;
+    loop {
+        let device = read_device(host, uuid)?;
+        if device.is_some() || std::time::Instant::now() >= deadline || !being_made(host, uuid) {
+            return Ok(device);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Whether the bus lists `uuid` while its `mdev_type` link is not there yet.
+fn being_made(host: &Host, uuid: &str) -> bool {
+    let Some(uuid) = normalize_uuid(uuid) else {
+        return false;
+    };
+    let dir = mdev_device_dir(host, &uuid);
+    dir.is_dir() && std::fs::symlink_metadata(dir.join("mdev_type")).is_err()
+}
+
 /// Reads one mdev device by UUID, `None` if it does not exist (or does not resolve).
 pub fn read_device(host: &Host, uuid: &str) -> HostResult<Option<MdevDevice>> {
     let Some(uuid) = normalize_uuid(uuid) else {
@@ -582,5 +610,42 @@ mod tests {
         )
         .expect("break link");
         assert!(scan_devices(&h).expect("scan").is_empty());
+    }
+
+    #[test]
+    fn a_uevent_reading_waits_for_the_type_link_the_kernel_makes_last() {
+        let (d, _) = host(&["mtty"]);
+        let h = Host::simulated(d.path());
+        let uuid = "0c0c0c0c-0000-4000-8000-000000000002";
+        h.write_attr(&mdev_type_dir(&h, "mtty", "mtty-2").join("create"), uuid)
+            .expect("create");
+        let link = d
+            .path()
+            .join("sys/bus/mdev/devices")
+            .join(uuid)
+            .join("mdev_type");
+        let target = std::fs::read_link(&link).expect("type link");
+        std::fs::remove_file(&link).expect("unlink");
+        // Never linked: given up on after the settling time, as not there.
+        let start = std::time::Instant::now();
+        assert_eq!(read_device_settled(&h, uuid).expect("read"), None);
+        assert!(start.elapsed() >= SETTLE);
+        // Linked 20 ms after the event: read whole.
+        let relink = {
+            let (target, link) = (target.clone(), link.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                std::os::unix::fs::symlink(target, link).expect("relink");
+            })
+        };
+        assert_eq!(read_device(&h, uuid).expect("read"), None);
+        let dev = read_device_settled(&h, uuid).expect("read").expect("whole");
+        assert_eq!(dev.type_id, "mtty-2");
+        relink.join().expect("relink thread");
+        // A device that is not there at all is not waited for.
+        let start = std::time::Instant::now();
+        let absent = "0c0c0c0c-0000-4000-8000-000000000003";
+        assert_eq!(read_device_settled(&h, absent).expect("read"), None);
+        assert!(start.elapsed() < SETTLE);
     }
 }

@@ -108,7 +108,7 @@ impl Engine {
     fn refresh_device(&self, uuid: &str) -> EngineResult<&'static str> {
         let _one_at_a_time = self.begin_refresh();
         let known = self.device(uuid);
-        let active = discovery::read_device(&self.host, uuid)
+        let active = discovery::read_device_settled(&self.host, uuid)
             .map_err(|e| EngineError::host(format!("reading device {uuid}"), e))?;
         let from_disk = |parent: &str| self.info_from_disk(uuid, parent);
         let info = match (active, &known) {

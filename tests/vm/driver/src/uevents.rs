@@ -69,13 +69,20 @@ async fn made_behind_vgpuds_back(
         text = log(w);
     }
     let named = names(&text);
+    // On failure, what the log said of the device.
+    let said: Vec<&str> = if named {
+        Vec::new()
+    } else {
+        text.lines().filter(|l| l.contains(uuid)).collect()
+    };
     r.check(
         &format!("uevents.{name}.appears"),
         seen.is_some() && named && full_looks(&text) == looks,
         format!(
-            "on the bus: {seen:?}; the log names its uevent: {named}; full looks {} → {}",
+            "on the bus: {seen:?}; the log names its uevent: {named}; full looks {} → {}{}",
             looks,
-            full_looks(&text)
+            full_looks(&text),
+            if said.is_empty() { String::new() } else { format!("; the log of it: {}", said.join(" | ")) }
         ),
     );
     if let Some(t) = seen {
