@@ -254,6 +254,55 @@ async fn lost_uevents_lead_to_exactly_one_full_look_and_nothing_is_missed() {
 }
 
 #[tokio::test]
+async fn passthrough_capacity_is_read_once_after_a_change_and_then_answered_from_memory() {
+    let (s, _addr) = setup(&["passthrough"]).await;
+    let m = s.manager().await;
+    let capacity = |parent: Option<&'static str>| {
+        let m = &m;
+        async move {
+            let o: &[(&str, &str)] = match parent {
+                Some(p) => &[("parent", p)],
+                None => &[],
+            };
+            m.get_capacity("passthrough", common::proxy::opts(o))
+                .await
+                .expect("GetCapacity passthrough")
+        }
+    };
+    // The clean GPU and its audio function can go; the console's and the one sharing its
+    // group with a NIC cannot.
+    let whole = capacity(None).await;
+    assert!(whole >= 1, "{whole}");
+    assert_eq!(capacity(Some("0000:21:00.0")).await, 1);
+    // The IOMMU taken away with plain file writes, which no kernel sends a uevent for (nor
+    // makes at run time): the answer comes from memory, so it does not change.
+    let iommus = s.host.path("sys/class/iommu");
+    for e in std::fs::read_dir(&iommus).expect("sys/class/iommu") {
+        let p = e.expect("entry").path();
+        std::fs::remove_file(&p)
+            .or_else(|_| std::fs::remove_dir_all(&p))
+            .expect("remove an IOMMU");
+    }
+    for _ in 0..3 {
+        assert_eq!(capacity(None).await, whole, "answered from memory");
+        assert_eq!(capacity(Some("0000:21:00.0")).await, 1);
+    }
+    // A uevent of the GPU (its driver unbound and bound by another process) makes vgpud
+    // read it again: now no GPU can go, and the answer says so.
+    external_write(&s, "sys/bus/pci/drivers/nvidia/unbind", "0000:21:00.0");
+    external_write(&s, "sys/bus/pci/drivers/nvidia/bind", "0000:21:00.0");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while capacity(Some("0000:21:00.0")).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the GPU's uevents did not make vgpud read its passthrough checks again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(capacity(None).await, 0);
+}
+
+#[tokio::test]
 async fn a_driver_unbind_and_bind_behind_vgpuds_back_is_seen_through_its_uevent() {
     let (s, addr) = setup(&["passthrough"]).await;
     let m = s.manager().await;

@@ -188,6 +188,9 @@ impl Subscription {
 #[derive(Default)]
 pub struct EventBus {
     subscribers: Mutex<Vec<Weak<Queue>>>,
+    /// How many batches of events were delivered: what a memo of state derived from the
+    /// devices compares to know it is still current.
+    delivered: std::sync::atomic::AtomicU64,
 }
 
 /// Spawns a task that hands every event of the stream to `f`, oldest first, until the
@@ -276,10 +279,18 @@ impl EventBus {
         }
     }
 
+    /// How many batches of events were delivered so far; it changes with every change of
+    /// state published.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn deliver(&self, records: Vec<Record>) {
         if records.is_empty() {
             return;
         }
+        self.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut subscribers = lock(&self.subscribers);
         subscribers.retain(|w| w.strong_count() > 0);
         for queue in subscribers.iter().filter_map(Weak::upgrade) {

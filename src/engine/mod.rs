@@ -162,6 +162,12 @@ struct GpuEntry {
 struct KnownTypes {
     by_gpu: BTreeMap<String, Vec<MdevType>>,
     generation: u64,
+    /// Whether each GPU could be given whole to a guest now, as last read, with the event
+    /// stream's [`EventBus::delivered`](events::EventBus::delivered) count it was read at:
+    /// gone with any forget (a uevent of a GPU, an operation's change) or any published
+    /// change of state.
+    passthrough: BTreeMap<String, bool>,
+    passthrough_at: u64,
 }
 
 #[derive(Default)]
@@ -385,12 +391,41 @@ impl Engine {
         let mut known = lock(&self.known_types);
         known.generation += 1;
         known.by_gpu.remove(gpu);
+        known.passthrough.clear();
     }
 
     fn forget_all_types(&self) {
         let mut known = lock(&self.known_types);
         known.generation += 1;
         known.by_gpu.clear();
+        known.passthrough.clear();
+    }
+
+    /// Whether the GPU or VF at `address` could be given whole to a guest now: as known,
+    /// else read now (and kept unless a change raced with the reading). A create checks it
+    /// all again on the host; this answers capacity questions from memory.
+    fn can_pass_through_now(&self, address: &str) -> bool {
+        let (generation, delivered) = {
+            let mut known = lock(&self.known_types);
+            let delivered = self.events.delivered();
+            if known.passthrough_at != delivered {
+                known.passthrough.clear();
+                known.passthrough_at = delivered;
+            }
+            if let Some(&free) = known.passthrough.get(address) {
+                return free;
+            }
+            (known.generation, delivered)
+        };
+        let free = self.can_pass_through(address);
+        let mut known = lock(&self.known_types);
+        if known.generation == generation
+            && known.passthrough_at == delivered
+            && self.events.delivered() == delivered
+        {
+            known.passthrough.insert(address.to_string(), free);
+        }
+        free
     }
 
     /// The types of a physical GPU with their capacity: as known, else read now (and kept
@@ -863,7 +898,10 @@ impl Engine {
     fn passthrough_capacity(&self, req: &CreateRequest) -> EngineResult<u32> {
         let addresses: Vec<String> = match &req.parent {
             Some(p) => {
-                self.pci_function(p)?;
+                // A GPU or VF of the inventory is there; anything else is looked for.
+                if !self.gpus().contains_key(p) {
+                    self.pci_function(p)?;
+                }
                 vec![p.clone()]
             }
             None => self
@@ -876,7 +914,7 @@ impl Engine {
         };
         let free = addresses
             .iter()
-            .filter(|a| self.can_pass_through(a))
+            .filter(|a| self.can_pass_through_now(a))
             .count();
         Ok(u32::try_from(free).unwrap_or(u32::MAX))
     }
