@@ -25,7 +25,8 @@
 //! Run: `cargo bench --bench idle`. `VGPUD_BENCH_BEFORE=<a vgpud binary>` (and
 //! `VGPUD_BENCH_BEFORE_CTL=<its vgpuctl>`; without it this build's vgpuctl serves both) are
 //! measured first, in the same run. `VGPUD_IDLE_SIZES` (default `0,384,1536`),
-//! `VGPUD_IDLE_SECS`, `VGPUD_IDLE_STORMS` (default 10) size a quicker run:
+//! `VGPUD_IDLE_SECS`, `VGPUD_IDLE_STORMS` (default 10) size a quicker run (an empty
+//! `VGPUD_IDLE_SIZES=` measures the storms only):
 //! `VGPUD_IDLE_SIZES=0,24 VGPUD_IDLE_SECS=5 VGPUD_IDLE_STORMS=2 cargo bench --bench idle`.
 //! The table goes to stdout and to `target/bench/idle.md`.
 
@@ -169,7 +170,9 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn sizes() -> Vec<usize> {
     let text = std::env::var("VGPUD_IDLE_SIZES").unwrap_or_else(|_| "0,384,1536".into());
+    // Empty (`VGPUD_IDLE_SIZES=`): the storms only.
     text.split(',')
+        .filter(|s| !s.trim().is_empty())
         .map(|s| {
             s.trim()
                 .parse()

@@ -175,7 +175,7 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
             match tokio::time::timeout(RETRY, rx.recv()).await {
                 Ok(m) => m,
                 Err(_) => {
-                    deferred = apply_batch(&engine, std::mem::take(&mut deferred)).await;
+                    deferred = apply_batch(&engine, std::mem::take(&mut deferred), true).await;
                     continue;
                 }
             }
@@ -211,7 +211,12 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
             Message::Event(ev) => Some(ev),
             Message::Overrun => None,
         }));
-        deferred = apply_batch(&engine, events).await;
+        // Read the GPUs' types again only when no event waits: the next batch will.
+        let quiet = rx.is_empty();
+        deferred = apply_batch(&engine, events, quiet).await;
+        if !quiet && rx.is_empty() {
+            engine_warm(&engine).await;
+        }
         if deferred.len() > MAX_DEFERRED {
             // An operation that does not end: what waits is dropped, and looked for again.
             deferred.clear();
@@ -249,8 +254,11 @@ const MAX_DEFERRED: usize = 4096;
 const RETRY: Duration = Duration::from_millis(20);
 
 /// Applies `events` in order; returns those deferred (from the first one deferred on: the
-/// order of a device's events is kept).
-async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
+/// order of a device's events is kept). With `warm`, the GPUs whose types the events made
+/// vgpud forget are read again at once, so that the read calls that follow answer from
+/// memory; without, while more events wait, the next batch does it (a storm's events would
+/// otherwise read a GPU's types once per event).
+async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>, warm: bool) -> Vec<Uevent> {
     if events.is_empty() {
         return events;
     }
@@ -267,7 +275,9 @@ async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
             }
             rest.extend(events);
         });
-        e.warm_types();
+        if warm {
+            e.warm_types();
+        }
         rest
     })
     .await;
@@ -275,6 +285,14 @@ async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
         tracing::error!(error = %e, "the uevent task failed");
         Vec::new()
     })
+}
+
+/// [`Engine::warm_types`] off the runtime's threads.
+async fn engine_warm(engine: &Arc<Engine>) {
+    let e = engine.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || e.warm_types()).await {
+        tracing::error!(error = %e, "the uevent task failed");
+    }
 }
 
 /// Applies one uevent and says in the log what it led to; `false` when it was deferred.

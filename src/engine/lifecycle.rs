@@ -280,20 +280,28 @@ impl Engine {
         candidates: &'c [(String, MdevType)],
         req: &CreateRequest,
     ) -> EngineResult<Vec<&'c (String, MdevType)>> {
-        let mut refusals = Vec::new();
-        for (i, candidate) in candidates.iter().enumerate() {
-            match self.room_for(&candidate.0, &candidate.1, req.create_instance)? {
-                None => return Ok(candidates[i..].iter().collect()),
-                Some(reason) => refusals.push(Refusal {
-                    gpu: candidate.0.clone(),
-                    reason,
-                }),
+        // Why a GPU is full is worked out only when none has room: a create that finds room
+        // on its third GPU does not explain the first two.
+        let mut explain = false;
+        loop {
+            let mut refusals = Vec::new();
+            for (i, candidate) in candidates.iter().enumerate() {
+                match self.room_for(&candidate.0, &candidate.1, req.create_instance, explain)? {
+                    None => return Ok(candidates[i..].iter().collect()),
+                    Some(reason) => refusals.push(Refusal {
+                        gpu: candidate.0.clone(),
+                        reason,
+                    }),
+                }
             }
+            if explain {
+                return Err(EngineError::NoCapacity {
+                    type_query: req.type_query.clone(),
+                    refusals,
+                });
+            }
+            explain = true;
         }
-        Err(EngineError::NoCapacity {
-            type_query: req.type_query.clone(),
-            refusals,
-        })
     }
 
     /// Gives a free VF of an SR-IOV GPU the vGPU type, under the GPU's lock (the caller's).
@@ -395,12 +403,14 @@ impl Engine {
         self.start_device(uuid).map(Some)
     }
 
-    /// `None` when a GPU has room for one more of a type now, else why not.
+    /// `None` when a GPU has room for one more of a type now, else why not (an empty reason
+    /// unless `explain`).
     fn room_for(
         &self,
         gpu: &str,
         ty: &MdevType,
         create_instance: bool,
+        explain: bool,
     ) -> EngineResult<Option<String>> {
         if self.offers_sriov_vgpu(gpu) {
             let Some(number) = crate::discovery::sriov::nvidia_type_number(&ty.id) else {
@@ -418,15 +428,26 @@ impl Engine {
                         return Ok(None);
                     }
                     if room == 0 {
-                        return Ok(Some(self.why_no_instance(gpu, number, create_instance)));
+                        return Ok(Some(if explain {
+                            self.why_no_instance(gpu, number, create_instance)
+                        } else {
+                            String::new()
+                        }));
                     }
                 }
             }
-            return Ok((!free).then(|| self.why_vfs_full(gpu, ty, &states)));
+            return Ok((!free).then(|| {
+                if explain {
+                    self.why_vfs_full(gpu, ty, &states)
+                } else {
+                    String::new()
+                }
+            }));
         }
         Ok(match self.free_mdev_parent(gpu, &ty.id)? {
             Some(_) => None,
-            None => Some(self.why_full(gpu, ty)),
+            None if explain => Some(self.why_full(gpu, ty)),
+            None => Some(String::new()),
         })
     }
 

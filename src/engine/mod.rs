@@ -460,6 +460,10 @@ impl Engine {
     /// of uevents).
     pub fn warm_types(&self) {
         for address in self.physical_addresses() {
+            // Known ones are not copied out only to be dropped.
+            if lock(&self.known_types).by_gpu.contains_key(&address) {
+                continue;
+            }
             if let Err(e) = self.types_now(&address) {
                 tracing::debug!(gpu = %address, error = %e, "could not read a GPU's types");
             }
