@@ -1,0 +1,330 @@
+#!/usr/bin/python3
+"""vgpud's Cockpit page driven in headless Chromium as a person would (tests/cockpit_page.rs,
+through tests/cockpit/run.sh). What the page shows is compared with what busctl reads from the
+same private system bus. Prints `CHECK <name>: ok` per check passed; exits non-zero at the
+first that fails. Screenshots go to --screenshots. Any error in the page's console fails."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--root-url", required=True)
+ap.add_argument("--nobody-url", required=True)
+ap.add_argument("--bus", required=True)
+ap.add_argument("--vgpuctl", required=True)
+ap.add_argument("--screenshots", required=True)
+ap.add_argument("--layout", default="cockpit-test")
+args = ap.parse_args()
+os.makedirs(args.screenshots, exist_ok=True)
+PAGE = "/cockpit/@localhost/vgpud/index.html"
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def ok(name):
+    print(f"CHECK {name}: ok", flush=True)
+
+
+def busctl(*call):
+    out = subprocess.run(
+        ["busctl", f"--address={args.bus}", "--json=short", "call", "org.vgpud1", *call],
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["data"]
+
+
+def manager(method, sig="", *params):
+    return busctl("/org/vgpud1", "org.vgpud1.Manager", method, *([sig, *params] if sig else []))
+
+
+def devices_on_bus():
+    return {row[0]: row for row in manager("ListDevices")[0]}
+
+
+def device_prop(uuid, prop):
+    path = "/org/vgpud1/device/" + "".join(
+        c if c.isalnum() else "_%02x" % ord(c) for c in uuid)
+    if path.split("/")[-1][0].isdigit():
+        seg = path.split("/")[-1]
+        path = path[: -len(seg)] + "_%02x" % ord(seg[0]) + seg[1:]
+    out = subprocess.run(
+        ["busctl", f"--address={args.bus}", "--json=short", "get-property", "org.vgpud1", path,
+         "org.vgpud1.Device", prop], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["data"]
+
+
+def browser():
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1600,1100", "--no-first-run", "--disable-extensions",
+              f"--user-data-dir={tempfile.mkdtemp(prefix='vgpud-chromium-')}"]:
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+
+
+def wait(driver, what, cond, timeout=15):
+    try:
+        # The page re-renders its tables on every change: an element found a moment ago may be gone.
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(lambda d: cond(d))
+    except TimeoutException:
+        shot(driver, "failed-" + what.replace(" ", "-"))
+        raise CheckFailed(f"timed out waiting for {what}")
+
+
+def shot(driver, name):
+    path = os.path.join(args.screenshots, name + ".png")
+    driver.save_screenshot(path)
+    print(f"screenshot {path}", flush=True)
+
+
+def console_errors(driver, where):
+    logs = driver.get_log("browser")
+    for entry in logs:
+        print(f"console[{where}] {entry['level']}: {entry['message']}", flush=True)
+    severe = [e for e in logs if e["level"] == "SEVERE"]
+    if severe:
+        raise CheckFailed(f"errors in the page's console ({where}): {severe}")
+
+
+def rows(driver, table):
+    return driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")
+
+
+def row_of(driver, uuid):
+    found = driver.find_elements(By.CSS_SELECTOR, f'#devices tr[data-uuid="{uuid}"]')
+    return found[0] if found else None
+
+
+def click(driver, row, cls):
+    row.find_element(By.CSS_SELECTOR, "." + cls).click()
+
+
+def types_available(driver):
+    """(gpu, type id) -> the text of its capacity cell."""
+    out = {}
+    for block in driver.find_elements(By.CSS_SELECTOR, "#types .gpu-types"):
+        for tr in block.find_elements(By.CSS_SELECTOR, "tbody tr"):
+            out[(block.get_attribute("data-gpu"), tr.get_attribute("data-type"))] = \
+                tr.find_elements(By.TAG_NAME, "td")[4].text
+    return out
+
+
+def bus_available():
+    return {(r[0], r[1]): (f"{r[5]} of {r[4]} available" if r[4] else f"{r[5]} available")
+            for r in manager("ListTypes")[0]}
+
+
+def as_root():
+    # The manifest: the menu entry and the condition, as the bridge serves them.
+    with urllib.request.urlopen(args.root_url + "/cockpit/@localhost/manifests.json") as r:
+        manifests = json.load(r)
+    vgpud = manifests.get("vgpud")
+    if not vgpud or vgpud["menu"]["index"]["label"] != "GPUs":
+        raise CheckFailed(f"no menu entry GPUs for vgpud in manifests.json: {vgpud}")
+    if {"path-exists": "/usr/share/dbus-1/system.d/org.vgpud1.conf"} not in vgpud.get("conditions", []):
+        raise CheckFailed(f"no condition on vgpud's bus policy file: {vgpud}")
+    ok("manifest")
+
+    d = browser()
+    try:
+        d.get(args.root_url + PAGE)
+        # 1. GPUs: every GPU of ListGpus, with its model and driver.
+        gpus = manager("ListGpus")[0]
+
+        def gpus_shown(d):
+            shown = {r.get_attribute("data-gpu"): r.text for r in rows(d, "gpus")}
+            return all(g[0] in shown and g[1] in shown[g[0]] and g[2] in shown[g[0]] for g in gpus) \
+                and len(shown) == len(gpus)
+        wait(d, "the GPUs", gpus_shown)
+        ok(f"gpus ({len(gpus)} GPUs with model and driver)")
+        # Utilization and framebuffer bars where GetMetrics answers (the fake NVML's GPUs).
+        nvidia = [g[0] for g in gpus if g[2] == "nvidia"]
+        for gpu in nvidia:
+            m = busctl("/org/vgpud1/nvidia", "org.vgpud1.Nvidia", "GetMetrics", "s", gpu)[0]
+            total = m["memory_total"]["data"] // 2**30
+            wait(d, f"the metrics of {gpu}", lambda d: any(
+                r.get_attribute("data-gpu") == gpu
+                and len(r.find_elements(By.CSS_SELECTOR, ".bar")) == 2
+                and f"of {total} GiB" in r.text for r in rows(d, "gpus")))
+        ok(f"metrics bars on the {len(nvidia)} NVIDIA GPUs")
+
+        # 3. Types: each type of each GPU with its room, as ListTypes says.
+        wait(d, "the types' room", lambda d: types_available(d) == bus_available())
+        wait(d, "the types' class", lambda d: "Quadro" in d.find_element(By.ID, "types").text)
+        ok("types (available of max per GPU, class from GetTypeInfo)")
+        d.execute_script("window.scrollTo(0, 0)")
+        shot(d, "gpus")
+        # The page is never reloaded from here on: a marker set now must survive.
+        d.execute_script("window.__vgpud_marker = 42")
+
+        # 2. Create through the dialog: only types GetCapacity says fit are offered.
+        d.find_element(By.ID, "create-open").click()
+        wait(d, "the dialog's types", lambda d: d.find_element(By.ID, "create-type")
+             .find_elements(By.CSS_SELECTOR, "option[value]:not([value=''])"))
+        offered = [o.get_attribute("value") for o in
+                   d.find_element(By.ID, "create-type").find_elements(By.TAG_NAME, "option")]
+        type_ids = sorted({r[1] for r in manager("ListTypes")[0]})
+        fits = [t for t in type_ids if manager("GetCapacity", "sa{sv}", t, "0")[0] > 0]
+        if sorted(offered) != sorted(fits):
+            raise CheckFailed(f"the dialog offers {offered}, GetCapacity says {fits} fit")
+        ok(f"create dialog offers what fits ({len(fits)} of {len(type_ids)} types)")
+        shot(d, "create-dialog")
+
+        # An owner vgpud refuses: the dialog shows the D-Bus error's name and message.
+        select = Select(d.find_element(By.ID, "create-type"))
+        chosen = next(t for t in offered if t.startswith("nvidia"))
+        select.select_by_value(chosen)
+        d.find_element(By.ID, "create-owner").send_keys("evil\u202evm")
+        d.find_element(By.ID, "create-submit").click()
+        err = wait(d, "the create error", lambda d: d.find_element(By.ID, "create-error").is_displayed()
+                   and d.find_element(By.ID, "create-error"))
+        if "org.vgpud1.Error.InvalidArgument" not in err.text or "U+202E" not in err.text:
+            raise CheckFailed(f"the dialog's error lacks the D-Bus name or message: {err.text!r}")
+        ok("errors shown with their D-Bus name and message")
+        shot(d, "create-error")
+
+        before = set(devices_on_bus())
+        owner = d.find_element(By.ID, "create-owner")
+        owner.clear()
+        owner.send_keys("cockpit-vm")
+        d.find_element(By.ID, "create-submit").click()
+        wait(d, "the dialog to close", lambda d: not d.find_element(By.ID, "create-dialog").is_displayed())
+        made = {u: r for u, r in devices_on_bus().items() if u not in before}
+        if len(made) != 1 or list(made.values())[0][3] != "cockpit-vm" or list(made.values())[0][2] != chosen:
+            raise CheckFailed(f"after the dialog's create the bus has new devices {made}")
+        dialog_uuid = list(made)[0]
+        wait(d, "the new device's row", lambda d: row_of(d, dialog_uuid))
+        if "cockpit-vm" not in row_of(d, dialog_uuid).text:
+            raise CheckFailed("the new device's row lacks its owner")
+        ok(f"create through the dialog: {dialog_uuid} on the bus and on the page")
+
+        # The types' room follows the create.
+        wait(d, "the types' room after the create", lambda d: types_available(d) == bus_available())
+        ok("types' room follows a create")
+
+        # 2. A device made with vgpuctl shows without a reload.
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=args.bus)
+        before = set(devices_on_bus())
+        subprocess.run([args.vgpuctl, "create", chosen, "--owner", "from-vgpuctl"], env=env,
+                       check=True, capture_output=True)
+        made = [u for u in devices_on_bus() if u not in before]
+        if len(made) != 1:
+            raise CheckFailed(f"vgpuctl made {made}")
+        ctl_uuid = made[0]
+        wait(d, "vgpuctl's device on the page", lambda d: row_of(d, ctl_uuid))
+        wait(d, "the types' room after vgpuctl's create", lambda d: types_available(d) == bus_available())
+        if d.execute_script("return window.__vgpud_marker") != 42:
+            raise CheckFailed("the page was reloaded")
+        ok(f"vgpuctl's device {ctl_uuid} shown live, without a reload")
+
+        # The filter box.
+        box = d.find_element(By.ID, "device-filter")
+        box.send_keys("from-vgpuctl")
+        wait(d, "the filter", lambda d: [r.get_attribute("data-uuid") for r in rows(d, "devices")] == [ctl_uuid])
+        shot(d, "devices-filtered")
+        box.clear()
+        box.send_keys(" ")  # an input event with an empty filter
+        wait(d, "the filter cleared", lambda d: row_of(d, dialog_uuid) and row_of(d, ctl_uuid))
+        ok("filter box")
+
+        # The hostdev XML of a device, as GetHostdevXml renders it.
+        click(d, row_of(d, dialog_uuid), "act-xml")
+        xml = wait(d, "the XML dialog", lambda d: d.find_element(By.ID, "xml-dialog").is_displayed()
+                   and d.find_element(By.ID, "xml-text").get_attribute("value"))
+        want = manager("GetHostdevXml", "s", dialog_uuid)[0]
+        if xml != want or dialog_uuid not in xml:
+            raise CheckFailed(f"the XML dialog shows {xml!r}, GetHostdevXml says {want!r}")
+        d.find_element(By.ID, "xml-copy").click()
+        wait(d, "the copy", lambda d: d.find_element(By.ID, "xml-copied").text == "Copied")
+        shot(d, "hostdev-xml")
+        d.find_element(By.CSS_SELECTOR, "#xml-dialog button[value=close]").click()
+        ok("hostdev XML")
+
+        # Stop and start.
+        click(d, row_of(d, dialog_uuid), "act-stop")
+        wait(d, "the stop", lambda d: not device_prop(dialog_uuid, "Active")
+             and "inactive" in row_of(d, dialog_uuid).text)
+        click(d, row_of(d, dialog_uuid), "act-start")
+        wait(d, "the start", lambda d: device_prop(dialog_uuid, "Active")
+             and "inactive" not in row_of(d, dialog_uuid).text)
+        ok("stop and start")
+
+        # Remove, confirmed in its dialog.
+        click(d, row_of(d, ctl_uuid), "act-remove")
+        wait(d, "the remove dialog", lambda d: d.find_element(By.ID, "remove-dialog").is_displayed())
+        d.find_element(By.ID, "remove-submit").click()
+        wait(d, "the removed device gone from the page", lambda d: row_of(d, ctl_uuid) is None)
+        if ctl_uuid in devices_on_bus():
+            raise CheckFailed(f"{ctl_uuid} is still on the bus")
+        wait(d, "the types' room after the remove", lambda d: types_available(d) == bus_available())
+        ok("remove")
+
+        # vgpuctl removes the dialog's device: the page follows.
+        subprocess.run([args.vgpuctl, "remove", dialog_uuid], env=env, check=True, capture_output=True)
+        wait(d, "vgpuctl's remove on the page", lambda d: row_of(d, dialog_uuid) is None)
+        ok("a remove by vgpuctl shown live")
+
+        # 5. Layouts: the dry run's plan as a table.
+        lrow = wait(d, "the layout", lambda d: d.find_elements(
+            By.CSS_SELECTOR, f'#layouts tr[data-layout="{args.layout}"]'))[0]
+        click(d, lrow, "act-dry-run")
+        table = wait(d, "the plan", lambda d: d.find_elements(By.CSS_SELECTOR, "#layout-result #layout-table"))[0]
+        plan = busctl("/org/vgpud1/layouts", "org.vgpud1.Layouts", "ApplyLayout", "sa{sv}",
+                      args.layout, "1", "dry_run", "b", "true")[0]
+        shown = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                 for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        if shown != [list(step) for step in plan] or not plan:
+            raise CheckFailed(f"the plan shown {shown} is not the dry run's {plan}")
+        if any(r[3] == "pool-cockpit" for r in devices_on_bus().values()):
+            raise CheckFailed("the dry run made devices")
+        d.execute_script("document.getElementById('layouts-card').scrollIntoView()")
+        shot(d, "layout-dry-run")
+        ok(f"layout dry run ({len(plan)} steps)")
+        console_errors(d, "root")
+        ok("no console errors (root)")
+    finally:
+        d.quit()
+
+
+def as_nobody():
+    d = browser()
+    try:
+        d.get(args.nobody_url + PAGE)
+        alert = wait(d, "the access error", lambda d: d.find_elements(
+            By.CSS_SELECTOR, '#alerts .alert[data-error-name="org.freedesktop.DBus.Error.AccessDenied"]'))[0]
+        if "group vgpud" not in alert.text or "administrative access" not in alert.text:
+            raise CheckFailed(f"the access error does not say what the user lacks: {alert.text!r}")
+        time.sleep(1)
+        if rows(d, "gpus") or rows(d, "devices") or d.find_elements(By.CSS_SELECTOR, "#types tr"):
+            raise CheckFailed("data shown to a user who may not read it")
+        shot(d, "access-denied")
+        ok("access denied outside the group vgpud: the error, what is lacking, no data")
+        console_errors(d, "nobody")
+        ok("no console errors (nobody)")
+    finally:
+        d.quit()
+
+
+try:
+    as_root()
+    as_nobody()
+except CheckFailed as e:
+    print(f"FAILED: {e}", flush=True)
+    sys.exit(1)
+print("ALL CHECKS PASSED", flush=True)
