@@ -94,7 +94,7 @@
         const hint = accessHint(name);
         return [el("div", { class: "name", text: name }),
             el("div", { class: "message", text: errorMessage(err) }),
-            hint ? el("div", { class: "hint", text: hint }) : null];
+            hint ? el("div", { class: "hint", text: hint }) : null].filter(Boolean);
     }
     const shown = {};
     function showError(what, err) {
@@ -455,6 +455,7 @@
         if (isDenied(err)) {
             denied = true;
             $("bus-state").textContent = "access denied";
+            $("create-open").disabled = true;
             scheduleRender();
         }
         showError(what, err);
