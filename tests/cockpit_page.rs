@@ -89,7 +89,14 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
     let work = tempfile::tempdir().expect("tempdir");
     let (port_root, port_nobody) = (free_port(), free_port());
     let out = Command::new("timeout")
-        .args(["300", "unshare", "--mount", "--propagation", "private", "bash"])
+        .args([
+            "300",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+        ])
         .arg(format!("{repo}/tests/cockpit/run.sh"))
         .arg(repo)
         .arg(work.path())

@@ -237,6 +237,8 @@ def as_root():
         if d.execute_script("return window.__vgpud_marker") != 42:
             raise CheckFailed("the page was reloaded")
         ok(f"vgpuctl's device {ctl_uuid} shown live, without a reload")
+        d.execute_script("window.scrollTo(0, 0)")
+        shot(d, "overview")
 
         # The filter box.
         box = d.find_element(By.ID, "device-filter")
