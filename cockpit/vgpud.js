@@ -163,7 +163,9 @@
                       el("td", { text: g.TotalVfs ? g.NumVfs + " of " + g.TotalVfs : "—" }),
                       el("td", {}, mig),
                       el("td", { text: g.NumaNode >= 0 ? String(g.NumaNode) : "—" }),
-                      el("td", {}, scheduler),
+                      el("td", {}, scheduler, sched.policy
+                          ? action("Change", "btn-link act-scheduler", () => openScheduler(g.Address, sched))
+                          : null),
                       el("td", {}, util),
                       el("td", {}, fb));
         });
@@ -179,6 +181,37 @@
                     // NotSupported: no NVML on this host (or not an NVIDIA GPU); the bars stay out.
                     metrics[address] = null;
                     if (isDenied(err)) showError("Cannot read metrics", err);
+                });
+    }
+
+    /* ---- The scheduler (configure-host: root or an administrator) ---- */
+
+    function openScheduler(address, sched) {
+        const dialog = $("scheduler-dialog");
+        $("scheduler-gpu").textContent = address;
+        $("scheduler-policy").value = sched.policy;
+        $("scheduler-timeslice").value = sched.timeslice_ms || "";
+        $("scheduler-error").hidden = true;
+        $("scheduler-submit").disabled = false;
+        dialog.dataset.gpu = address;
+        dialog.showModal();
+    }
+
+    function submitScheduler(event) {
+        if (event.submitter && event.submitter.value !== "set") return;
+        event.preventDefault();
+        const dialog = $("scheduler-dialog");
+        const options = { policy: variant("s", $("scheduler-policy").value) };
+        const slice = $("scheduler-timeslice").value.trim();
+        if (slice) options.timeslice_ms = variant("u", parseInt(slice, 10));
+        $("scheduler-submit").disabled = true;
+        call(NVIDIA_PATH, NVIDIA, "SetScheduler", [dialog.dataset.gpu, options], "sa{sv}")
+                .then(() => dialog.close("set"))
+                .catch(err => {
+                    const box = $("scheduler-error");
+                    box.replaceChildren(...errorBlock(err));
+                    box.hidden = false;
+                    $("scheduler-submit").disabled = false;
                 });
     }
 
@@ -466,6 +499,7 @@
         $("create-type").addEventListener("change", fillGpus);
         $("create-form").addEventListener("submit", submitCreate);
         $("xml-copy").addEventListener("click", copyXml);
+        $("scheduler-form").addEventListener("submit", submitScheduler);
         $("device-filter").addEventListener("input", renderDevices);
 
         // "try": as root when the user turned on administrative access, else as the user.

@@ -54,16 +54,22 @@ def devices_on_bus():
     return {row[0]: row for row in manager("ListDevices")[0]}
 
 
-def device_prop(uuid, prop):
-    path = "/org/vgpud1/device/" + "".join(
-        c if c.isalnum() else "_%02x" % ord(c) for c in uuid)
-    if path.split("/")[-1][0].isdigit():
-        seg = path.split("/")[-1]
-        path = path[: -len(seg)] + "_%02x" % ord(seg[0]) + seg[1:]
+def escape(segment):
+    """A path segment escaped as systemd does (docs/api.md)."""
+    out = "".join(c if c.isalnum() and c.isascii() else "_%02x" % ord(c) for c in segment)
+    return "_%02x" % ord(out[0]) + out[1:] if out[0].isdigit() else out
+
+
+def prop(kind, name, interface, prop):
     out = subprocess.run(
-        ["busctl", f"--address={args.bus}", "--json=short", "get-property", "org.vgpud1", path,
-         "org.vgpud1.Device", prop], check=True, capture_output=True, text=True).stdout
+        ["busctl", f"--address={args.bus}", "--json=short", "get-property", "org.vgpud1",
+         f"/org/vgpud1/{kind}/{escape(name)}", interface, prop],
+        check=True, capture_output=True, text=True).stdout
     return json.loads(out)["data"]
+
+
+def device_prop(uuid, name):
+    return prop("device", uuid, "org.vgpud1.Device", name)
 
 
 def browser():
@@ -173,6 +179,25 @@ def as_root():
         wait(d, "the types' room", lambda d: types_available(d) == bus_available())
         wait(d, "the types' class", lambda d: "Quadro" in d.find_element(By.ID, "types").text)
         ok("types (available of max per GPU, class from GetTypeInfo)")
+
+        # 6. The scheduler of a GPU with no vGPU running, through its dialog.
+        gpu = "0000:d8:00.0"
+        row = next(r for r in rows(d, "gpus") if r.get_attribute("data-gpu") == gpu)
+        click(d, row, "act-scheduler")
+        wait(d, "the scheduler dialog", lambda d: d.find_element(By.ID, "scheduler-dialog").is_displayed())
+        Select(d.find_element(By.ID, "scheduler-policy")).select_by_value("equal-share")
+        box = d.find_element(By.ID, "scheduler-timeslice")
+        box.clear()
+        box.send_keys("5")
+        d.find_element(By.ID, "scheduler-submit").click()
+        wait(d, "the scheduler dialog to close",
+             lambda d: not d.find_element(By.ID, "scheduler-dialog").is_displayed())
+        sched = prop("gpu", gpu, "org.vgpud1.Gpu", "Scheduler")
+        if sched["policy"]["data"] != "equal-share" or sched["timeslice_ms"]["data"] != 5:
+            raise CheckFailed(f"the bus's scheduler of {gpu} is {sched}")
+        wait(d, "the new scheduler on the page", lambda d: any(
+            r.get_attribute("data-gpu") == gpu and "equal-share, 5 ms" in r.text for r in rows(d, "gpus")))
+        ok("scheduler set through its dialog, shown live")
         d.execute_script("window.scrollTo(0, 0)")
         shot(d, "gpus")
         # The page is never reloaded from here on: a marker set now must survive.
