@@ -144,7 +144,8 @@
                 mig = el("span", {},
                          label(migNow ? "on" : "off", migNow ? "on" : "off"),
                          migPending !== migNow ? label("pending " + (migPending ? "on" : "off"), "warn") : null,
-                         migNow ? " " + instances.length + " GPU instance" + (instances.length === 1 ? "" : "s") : null);
+                         migNow ? " " + instances.length + " GPU instance" + (instances.length === 1 ? "" : "s") : null,
+                         migNow ? migBar(g.Address, instances) : null);
             }
             let util = "—";
             let fb = "—";
@@ -171,6 +172,37 @@
         });
         body.replaceChildren(...rows);
         $("gpus-empty").hidden = rows.length > 0 || denied;
+    }
+
+    /* The MIG bar: the GPU's slices, each GPU instance where its placement puts it. */
+    const migSlices = {}; // GPU address -> its number of slices (from ListMigProfiles), or null while asked
+    function migBar(address, instances) {
+        if (!(address in migSlices)) {
+            migSlices[address] = null;
+            call(NVIDIA_PATH, NVIDIA, "ListMigProfiles", [address], "s")
+                    .then(([profiles]) => {
+                        let slices = 0;
+                        for (const p of profiles) for (const [start, size] of p[7]) slices = Math.max(slices, start + size);
+                        migSlices[address] = slices || null;
+                        scheduleRender();
+                    })
+                    .catch(err => showError("ListMigProfiles " + address + " failed", err));
+        }
+        const slices = migSlices[address];
+        if (!slices) return null;
+        const b = el("div", { class: "migbar", title: slices + " slices" });
+        for (const [id, , profile, start, size, device] of instances) {
+            const seg = el("span", {
+                class: "mig-instance" + (device && device !== "/" ? " used" : ""),
+                "data-instance": String(id),
+                title: "GPU instance " + id + " (" + profile + ") at slice " + start + (device && device !== "/" ? ", used by " + device : ""),
+                text: profile
+            });
+            seg.style.left = (start / slices) * 100 + "%";
+            seg.style.width = (size / slices) * 100 + "%";
+            b.append(seg);
+        }
+        return b;
     }
 
     function refreshMetrics(address) {

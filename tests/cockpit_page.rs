@@ -6,7 +6,8 @@
 //! (tests/cockpit/page.py) as a person would: the GPUs and types as the bus lists them, a
 //! device made through the dialog (only what GetCapacity says fits is offered) and seen with
 //! busctl, one made and one removed with vgpuctl and shown without a reload, the filter, the
-//! hostdev XML, stop, start, remove, a layout's dry-run plan, an error with its D-Bus name, and
+//! hostdev XML, stop, start, remove, the scheduler changed in its dialog, a GPU instance made by
+//! vgpuctl on the MIG bar, a layout's dry-run plan, an error with its D-Bus name, and
 //! for nobody the access error with what is lacking and no data. Any error in the page's
 //! console fails. Screenshots go to target/cockpit-screenshots/.
 
@@ -72,7 +73,7 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
     let vgpuctl = common::vgpuctl::bin();
     // The fake NVML next to vgpud answers GetMetrics, so the GPUs show their bars.
     common::nvml::fake_library();
-    let host = TestHost::new(&["mixed"]);
+    let host = TestHost::new(&["mixed", "nvidia-h200"]);
     let layouts = host.root.join("etc/vgpud/layouts");
     std::fs::create_dir_all(&layouts).expect("layouts dir");
     std::fs::write(
@@ -121,6 +122,8 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
         "CHECK gpus",
         "CHECK create through the dialog",
         "CHECK vgpuctl's device",
+        "CHECK scheduler set through its dialog",
+        "CHECK MIG bar",
         "CHECK remove",
         "CHECK layout dry run",
         "CHECK access denied outside the group vgpud",

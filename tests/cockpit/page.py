@@ -168,7 +168,8 @@ def as_root():
         nvidia = [g[0] for g in gpus if g[2] == "nvidia"]
         for gpu in nvidia:
             m = busctl("/org/vgpud1/nvidia", "org.vgpud1.Nvidia", "GetMetrics", "s", gpu)[0]
-            total = m["memory_total"]["data"] // 2**30
+            total = m["memory_total"]["data"] / 2**30
+            total = str(int(total)) if total == int(total) else f"{total:.1f}"
             wait(d, f"the metrics of {gpu}", lambda d: any(
                 r.get_attribute("data-gpu") == gpu
                 and len(r.find_elements(By.CSS_SELECTOR, ".bar")) == 2
@@ -198,6 +199,21 @@ def as_root():
         wait(d, "the new scheduler on the page", lambda d: any(
             r.get_attribute("data-gpu") == gpu and "equal-share, 5 ms" in r.text for r in rows(d, "gpus")))
         ok("scheduler set through its dialog, shown live")
+
+        # 7. The MIG bar: MIG on and a 3g instance at slice 0 of an H200 (8 slices), by vgpuctl.
+        h200 = "0000:49:00.0"
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=args.bus)
+        for cmd in [["mig", "mode", h200, "on"], ["mig", "create", h200, "3g.71gb", "--placement", "0"]]:
+            subprocess.run([args.vgpuctl, *cmd], env=env, check=True, capture_output=True)
+
+        def mig_segment(d):
+            row = next(r for r in rows(d, "gpus") if r.get_attribute("data-gpu") == h200)
+            segs = row.find_elements(By.CSS_SELECTOR, ".migbar .mig-instance")
+            return len(segs) == 1 and segs[0].text == "3g.71gb" and segs[0] \
+                and segs[0].value_of_css_property("left") == "0px" \
+                and abs(segs[0].size["width"] * 2 - row.find_element(By.CSS_SELECTOR, ".migbar").size["width"]) <= 2
+        wait(d, "the MIG bar", mig_segment)
+        ok("MIG bar: vgpuctl's GPU instance shown live at its placement")
         d.execute_script("window.scrollTo(0, 0)")
         shot(d, "gpus")
         # The page is never reloaded from here on: a marker set now must survive.
