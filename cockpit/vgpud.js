@@ -81,17 +81,20 @@
     function errorMessage(err) {
         return (err && (err.message || err.problem)) || String(err);
     }
-    function accessHint(name) {
-        if (name === "org.freedesktop.DBus.Error.AccessDenied" ||
-            name === "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired" ||
-            name === "cockpit: access-denied") {
-            return "You may not use vgpud as this user: to read and manage devices, an administrator adds you to the group vgpud (usermod -aG vgpud USER, then log in again); or turn on administrative access (Cockpit's superuser mode, with an administrator's password).";
+    function accessHint(name, message) {
+        if (name !== "org.freedesktop.DBus.Error.AccessDenied" &&
+            name !== "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired" &&
+            name !== "cockpit: access-denied")
+            return null;
+        // vgpud's refusals name the polkit action (docs/api.md, Who may do what).
+        if ((message || "").includes("org.vgpud1.configure-host")) {
+            return "Configuring the host (VFs, MIG, the scheduler, layouts) is for administrators only: the group vgpud does not allow it. Turn on administrative access (Cockpit's superuser mode, with an administrator's password).";
         }
-        return null;
+        return "You may not use vgpud as this user: to read and manage devices, an administrator adds you to the group vgpud (usermod -aG vgpud USER, then log in again); or turn on administrative access (Cockpit's superuser mode, with an administrator's password).";
     }
     function errorBlock(err) {
         const name = errorName(err);
-        const hint = accessHint(name);
+        const hint = accessHint(name, errorMessage(err));
         return [el("div", { class: "name", text: name }),
             el("div", { class: "message", text: errorMessage(err) }),
             hint ? el("div", { class: "hint", text: hint }) : null].filter(Boolean);
@@ -116,7 +119,7 @@
         $("alerts").append(alert);
     }
     function isDenied(err) {
-        return accessHint(errorName(err)) !== null;
+        return accessHint(errorName(err), errorMessage(err)) !== null;
     }
 
     function call(path, iface, method, args, signature) {

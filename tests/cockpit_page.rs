@@ -1,14 +1,15 @@
 //! vgpud's Cockpit page (`cockpit/`, issue #27) in a real browser: in a private mount
 //! namespace, a system-type dbus-daemon with the project's bus policy, the real polkitd and
 //! vgpud on a simulated host (tests/polkit/system-bus.sh); cockpit-ws with a local session on
-//! loopback whose cockpit-bridge has that bus as its system bus, once as root and once as
-//! nobody; and headless Chromium through chromium-driver, driven by Selenium
+//! loopback whose cockpit-bridge has that bus as its system bus, as root, as a broker user in
+//! the group vgpud and as nobody; and headless Chromium through chromium-driver, driven by Selenium
 //! (tests/cockpit/page.py) as a person would: the GPUs and types as the bus lists them, a
 //! device made through the dialog (only what GetCapacity says fits is offered) and seen with
 //! busctl, one made and one removed with vgpuctl and shown without a reload, the filter, the
 //! hostdev XML, stop, start, remove, the scheduler changed in its dialog, a GPU instance made by
 //! vgpuctl on the MIG bar, a layout's dry-run plan, an error with its D-Bus name, and
-//! for nobody the access error with what is lacking and no data. Any error in the page's
+//! for the group member its data live and the scheduler refused with what it lacks, for nobody
+//! the access error with what is lacking and no data. Any error in the page's
 //! console fails. Screenshots go to target/cockpit-screenshots/.
 
 mod common;
@@ -88,7 +89,7 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
     let shots = Path::new(repo).join("target/cockpit-screenshots");
     let _ = std::fs::remove_dir_all(&shots);
     let work = tempfile::tempdir().expect("tempdir");
-    let (port_root, port_nobody) = (free_port(), free_port());
+    let (port_root, port_broker, port_nobody) = (free_port(), free_port(), free_port());
     let out = Command::new("timeout")
         .args([
             "300",
@@ -106,6 +107,7 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
         .arg(&vgpuctl)
         .arg(&shots)
         .arg(port_root.to_string())
+        .arg(port_broker.to_string())
         .arg(port_nobody.to_string())
         .output()
         .expect("unshare (util-linux)");
@@ -126,6 +128,8 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
         "CHECK MIG bar",
         "CHECK remove",
         "CHECK layout dry run",
+        "CHECK a member of the group vgpud sees the GPUs and a new device live",
+        "CHECK a member of the group vgpud is refused the scheduler",
         "CHECK access denied outside the group vgpud",
         "CHECK no console errors (nobody)",
     ] {

@@ -21,6 +21,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--root-url", required=True)
+ap.add_argument("--broker-url", required=True)
 ap.add_argument("--nobody-url", required=True)
 ap.add_argument("--bus", required=True)
 ap.add_argument("--vgpuctl", required=True)
@@ -117,8 +118,17 @@ def row_of(driver, uuid):
     return found[0] if found else None
 
 
-def click(driver, row, cls):
-    row.find_element(By.CSS_SELECTOR, "." + cls).click()
+def click(driver, row_css, cls):
+    """Clicks the button of class CLS in the row ROW_CSS. The page re-renders its tables on any
+    change (a metrics answer, a signal), so the row is found again until the click lands."""
+    def once(d):
+        d.find_element(By.CSS_SELECTOR, f"{row_css} .{cls}").click()
+        return True
+    wait(driver, f"a click on {cls}", once)
+
+
+def dev(uuid):
+    return f'#devices tr[data-uuid="{uuid}"]'
 
 
 def types_available(driver):
@@ -183,8 +193,7 @@ def as_root():
 
         # 6. The scheduler of a GPU with no vGPU running, through its dialog.
         gpu = "0000:d8:00.0"
-        row = next(r for r in rows(d, "gpus") if r.get_attribute("data-gpu") == gpu)
-        click(d, row, "act-scheduler")
+        click(d, f'#gpus tr[data-gpu="{gpu}"]', "act-scheduler")
         wait(d, "the scheduler dialog", lambda d: d.find_element(By.ID, "scheduler-dialog").is_displayed())
         Select(d.find_element(By.ID, "scheduler-policy")).select_by_value("equal-share")
         box = d.find_element(By.ID, "scheduler-timeslice")
@@ -292,7 +301,7 @@ def as_root():
         ok("filter box")
 
         # The hostdev XML of a device, as GetHostdevXml renders it.
-        click(d, row_of(d, dialog_uuid), "act-xml")
+        click(d, dev(dialog_uuid), "act-xml")
         xml = wait(d, "the XML dialog", lambda d: d.find_element(By.ID, "xml-dialog").is_displayed()
                    and d.find_element(By.ID, "xml-text").get_attribute("value"))
         want = manager("GetHostdevXml", "s", dialog_uuid)[0]
@@ -305,16 +314,16 @@ def as_root():
         ok("hostdev XML")
 
         # Stop and start.
-        click(d, row_of(d, dialog_uuid), "act-stop")
+        click(d, dev(dialog_uuid), "act-stop")
         wait(d, "the stop", lambda d: not device_prop(dialog_uuid, "Active")
              and "inactive" in row_of(d, dialog_uuid).text)
-        click(d, row_of(d, dialog_uuid), "act-start")
+        click(d, dev(dialog_uuid), "act-start")
         wait(d, "the start", lambda d: device_prop(dialog_uuid, "Active")
              and "inactive" not in row_of(d, dialog_uuid).text)
         ok("stop and start")
 
         # Remove, confirmed in its dialog.
-        click(d, row_of(d, ctl_uuid), "act-remove")
+        click(d, dev(ctl_uuid), "act-remove")
         wait(d, "the remove dialog", lambda d: d.find_element(By.ID, "remove-dialog").is_displayed())
         d.find_element(By.ID, "remove-submit").click()
         wait(d, "the removed device gone from the page", lambda d: row_of(d, ctl_uuid) is None)
@@ -329,9 +338,7 @@ def as_root():
         ok("a remove by vgpuctl shown live")
 
         # 5. Layouts: the dry run's plan as a table.
-        lrow = wait(d, "the layout", lambda d: d.find_elements(
-            By.CSS_SELECTOR, f'#layouts tr[data-layout="{args.layout}"]'))[0]
-        click(d, lrow, "act-dry-run")
+        click(d, f'#layouts tr[data-layout="{args.layout}"]', "act-dry-run")
         table = wait(d, "the plan", lambda d: d.find_elements(By.CSS_SELECTOR, "#layout-result #layout-table"))[0]
         plan = busctl("/org/vgpud1/layouts", "org.vgpud1.Layouts", "ApplyLayout", "sa{sv}",
                       args.layout, "1", "dry_run", "b", "true")[0]
@@ -346,6 +353,42 @@ def as_root():
         ok(f"layout dry run ({len(plan)} steps)")
         console_errors(d, "root")
         ok("no console errors (root)")
+    finally:
+        d.quit()
+
+
+def as_broker():
+    """A member of the group vgpud, without administrative access: reads and manages devices,
+    sees changes live (the bus policy passes the signals to the group), and is refused the
+    scheduler (configure-host) with what it lacks."""
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=args.bus)
+    d = browser()
+    try:
+        d.get(args.broker_url + PAGE)
+        gpus = manager("ListGpus")[0]
+        wait(d, "the GPUs (broker)", lambda d: len(rows(d, "gpus")) == len(gpus))
+        before = set(devices_on_bus())
+        subprocess.run([args.vgpuctl, "create", "mtty-1", "--owner", "for-the-broker"], env=env,
+                       check=True, capture_output=True)
+        uuid = next(u for u in devices_on_bus() if u not in before)
+        wait(d, "vgpuctl's device on the broker's page", lambda d: row_of(d, uuid))
+        ok("a member of the group vgpud sees the GPUs and a new device live")
+        click(d, dev(uuid), "act-remove")
+        wait(d, "the remove dialog", lambda d: d.find_element(By.ID, "remove-dialog").is_displayed())
+        d.find_element(By.ID, "remove-submit").click()
+        wait(d, "the broker's remove", lambda d: row_of(d, uuid) is None and uuid not in devices_on_bus())
+        ok("a member of the group vgpud removes a device")
+        click(d, '#gpus tr[data-gpu="0000:d8:00.0"]', "act-scheduler")
+        d.find_element(By.ID, "scheduler-submit").click()
+        err = wait(d, "the scheduler's refusal", lambda d: d.find_element(By.ID, "scheduler-error").is_displayed()
+                   and d.find_element(By.ID, "scheduler-error"))
+        if "org.freedesktop.DBus.Error.AccessDenied" not in err.text or "administrative access" not in err.text \
+                or "usermod" in err.text:
+            raise CheckFailed(f"the scheduler's refusal lacks its name or what is lacking: {err.text!r}")
+        shot(d, "broker-scheduler-denied")
+        ok("a member of the group vgpud is refused the scheduler, told it needs administrative access")
+        console_errors(d, "broker")
+        ok("no console errors (broker)")
     finally:
         d.quit()
 
@@ -373,6 +416,7 @@ def as_nobody():
 
 try:
     as_root()
+    as_broker()
     as_nobody()
 except CheckFailed as e:
     print(f"FAILED: {e}", flush=True)
