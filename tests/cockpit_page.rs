@@ -2,15 +2,15 @@
 //! namespace, a system-type dbus-daemon with the project's bus policy, the real polkitd and
 //! vgpud on a simulated host (tests/polkit/system-bus.sh); cockpit-ws with a local session on
 //! loopback whose cockpit-bridge has that bus as its system bus, as root, as a broker user in
-//! the group vgpud and as nobody; and headless Chromium through chromium-driver, driven by Selenium
-//! (tests/cockpit/page.py) as a person would: the GPUs and types as the bus lists them, a
-//! device made through the dialog (only what GetCapacity says fits is offered) and seen with
-//! busctl, one made and one removed with vgpuctl and shown without a reload, the filter, the
-//! hostdev XML, stop, start, remove, the scheduler changed in its dialog, a GPU instance made by
-//! vgpuctl on the MIG bar, a layout's dry-run plan, an error with its D-Bus name, and
-//! for the group member its data live and the scheduler refused with what it lacks, for nobody
-//! the access error with what is lacking and no data. Any error in the page's
-//! console fails. Screenshots go to target/cockpit-screenshots/.
+//! the group vgpud and as nobody; and headless Chromium through chromium-driver, driven by
+//! Selenium (tests/cockpit/page.py) as a person would: the GPUs and types as the bus lists
+//! them, a device made through the dialog (only what GetCapacity says fits is offered) and
+//! seen with busctl, one made and one removed with vgpuctl and shown without a reload, the
+//! filter, the hostdev XML, stop, start, remove, the scheduler changed in its dialog, a GPU
+//! instance made by vgpuctl on the MIG bar, a layout's diff, dry-run plan and apply, an error
+//! with its D-Bus name; for the group member its data live and the scheduler refused with what
+//! it lacks; for nobody the access error with what is lacking and no data. Any error in the
+//! page's console fails. Screenshots go to target/cockpit-screenshots/.
 
 mod common;
 
@@ -127,7 +127,9 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
         "CHECK scheduler set through its dialog",
         "CHECK MIG bar",
         "CHECK remove",
+        "CHECK layout diff",
         "CHECK layout dry run",
+        "CHECK layout applied",
         "CHECK a member of the group vgpud sees the GPUs and a new device live",
         "CHECK a member of the group vgpud is refused the scheduler",
         "CHECK access denied outside the group vgpud",

@@ -337,9 +337,29 @@ def as_root():
         wait(d, "vgpuctl's remove on the page", lambda d: row_of(d, dialog_uuid) is None)
         ok("a remove by vgpuctl shown live")
 
-        # 5. Layouts: the dry run's plan as a table.
-        click(d, f'#layouts tr[data-layout="{args.layout}"]', "act-dry-run")
-        table = wait(d, "the plan", lambda d: d.find_elements(By.CSS_SELECTOR, "#layout-result #layout-table"))[0]
+        # 5. Layouts: the diff, the dry run's plan as a table, and apply.
+        layout_row = f'#layouts tr[data-layout="{args.layout}"]'
+
+        def result(title):
+            def find(d):
+                box = d.find_element(By.ID, "layout-result")
+                heads = box.find_elements(By.TAG_NAME, "h3")
+                return heads and heads[0].text.startswith(title) and box
+            return find
+
+        def table_rows(box):
+            return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                    for tr in box.find_elements(By.CSS_SELECTOR, "tbody tr")]
+
+        click(d, layout_row, "act-diff")
+        box = wait(d, "the diff", result("Differences from layout"))
+        diff = busctl("/org/vgpud1/layouts", "org.vgpud1.Layouts", "DiffLayout", "s", args.layout)[0]
+        if table_rows(box) != [list(r) for r in diff] or not diff:
+            raise CheckFailed(f"the diff shown {table_rows(box)} is not DiffLayout's {diff}")
+        ok(f"layout diff ({len(diff)} rows)")
+
+        click(d, layout_row, "act-dry-run")
+        table = wait(d, "the plan", result("Plan (dry run)")).find_element(By.ID, "layout-table")
         plan = busctl("/org/vgpud1/layouts", "org.vgpud1.Layouts", "ApplyLayout", "sa{sv}",
                       args.layout, "1", "dry_run", "b", "true")[0]
         shown = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
@@ -351,6 +371,16 @@ def as_root():
         d.execute_script("document.getElementById('layouts-card').scrollIntoView()")
         shot(d, "layout-dry-run")
         ok(f"layout dry run ({len(plan)} steps)")
+
+        click(d, layout_row, "act-apply")
+        box = wait(d, "the apply", result("Applied layout"))
+        if not all(r[0] == "done" for r in table_rows(box)) or len(table_rows(box)) != len(plan):
+            raise CheckFailed(f"the apply shows {table_rows(box)}")
+        pool = [u for u, r in devices_on_bus().items() if r[3] == "pool-cockpit"]
+        if len(pool) != 2:
+            raise CheckFailed(f"after the apply the bus has the pool's devices {pool}")
+        wait(d, "the pool's devices on the page", lambda d: all(row_of(d, u) for u in pool))
+        ok("layout applied: its steps done, the pool's devices on the bus and on the page")
         console_errors(d, "root")
         ok("no console errors (root)")
     finally:
