@@ -20,6 +20,7 @@
     const typeInfo = {}; // type id -> GetTypeInfo's answer, unwrapped
     const metrics = {}; // GPU address -> GetMetrics's answer, unwrapped, or null
     let denied = false;
+    let running = true; // false while org.vgpud1 has no owner: nothing stale is shown then
 
     const $ = (id) => document.getElementById(id);
 
@@ -129,7 +130,7 @@
     /* ---- GPUs ---- */
 
     function gpuList() {
-        if (!gpus || denied) return [];
+        if (!gpus || denied || !running) return [];
         return Object.keys(gpus).filter(p => gpus[p] && gpus[p].valid !== false && gpus[p].Address)
                 .map(p => gpus[p])
                 .sort((a, b) => a.Address.localeCompare(b.Address));
@@ -174,7 +175,7 @@
                       el("td", {}, fb));
         });
         body.replaceChildren(...rows);
-        $("gpus-empty").hidden = rows.length > 0 || denied;
+        $("gpus-empty").hidden = rows.length > 0 || denied || !running;
     }
 
     /* The MIG bar: the GPU's slices, each GPU instance where its placement puts it. */
@@ -253,7 +254,7 @@
     /* ---- Devices ---- */
 
     function deviceList() {
-        if (!devices || denied) return [];
+        if (!devices || denied || !running) return [];
         return Object.keys(devices).filter(p => devices[p] && devices[p].Uuid)
                 .map(p => devices[p])
                 .sort((a, b) => (a.Parent || "").localeCompare(b.Parent || "") ||
@@ -291,7 +292,7 @@
                   action("XML", "btn-secondary act-xml", () => showXml(d.Uuid)),
                   action("Remove", "btn-link act-remove", () => askRemove(d.Uuid)))));
         body.replaceChildren(...rows);
-        $("devices-empty").hidden = all.length > 0 || denied;
+        $("devices-empty").hidden = all.length > 0 || denied || !running;
     }
 
     function deviceCall(method, uuid) {
@@ -439,7 +440,7 @@
 
     function renderTypes() {
         const byGpu = {};
-        for (const row of denied ? [] : types) (byGpu[row[0]] = byGpu[row[0]] || []).push(row);
+        for (const row of denied || !running ? [] : types) (byGpu[row[0]] = byGpu[row[0]] || []).push(row);
         const blocks = Object.keys(byGpu).sort().map(gpu =>
             el("div", { class: "gpu-types", "data-gpu": gpu },
                el("h3", { class: "mono", text: gpu }),
@@ -542,8 +543,19 @@
         client.addEventListener("close", (ev, options) => {
             showError("The connection to the system bus closed", options);
         });
+        // vgpud stopped (or restarting): say so and show nothing stale; back, read again what
+        // the objects do not carry (types, layouts, metrics).
         client.addEventListener("owner", (ev, owner) => {
-            $("bus-state").textContent = owner ? "" : "vgpud is not running";
+            const back = owner && !running;
+            running = !!owner;
+            if (!denied) $("bus-state").textContent = owner ? "" : "vgpud is not running";
+            $("create-open").disabled = denied || !running;
+            if (back && gpus) {
+                refreshTypes();
+                refreshLayouts();
+                for (const g of gpuList()) refreshMetrics(g.Address);
+            }
+            scheduleRender();
         });
 
         // One call first: a refusal shows what the user lacks, and no data.

@@ -8,7 +8,8 @@
 //! seen with busctl, one made and one removed with vgpuctl and shown without a reload, the
 //! filter, the hostdev XML, stop, start, remove, the scheduler changed in its dialog, a GPU
 //! instance made by vgpuctl on the MIG bar, a layout's diff, dry-run plan and apply, an error
-//! with its D-Bus name; for the group member its data live and the scheduler refused with what
+//! with its D-Bus name, vgpud stopped (said, nothing stale) and started again (followed
+//! without a reload); for the group member its data live and the scheduler refused with what
 //! it lacks; for nobody the access error with what is lacking and no data. Any error in the
 //! page's console fails. Screenshots go to target/cockpit-screenshots/.
 
@@ -130,6 +131,7 @@ fn the_cockpit_page_shows_and_changes_the_host_live_in_a_real_browser() {
         "CHECK layout diff",
         "CHECK layout dry run",
         "CHECK layout applied",
+        "CHECK vgpud stopped",
         "CHECK a member of the group vgpud sees the GPUs and a new device live",
         "CHECK a member of the group vgpud is refused the scheduler",
         "CHECK access denied outside the group vgpud",

@@ -27,6 +27,10 @@ ap.add_argument("--bus", required=True)
 ap.add_argument("--vgpuctl", required=True)
 ap.add_argument("--screenshots", required=True)
 ap.add_argument("--layout", default="cockpit-test")
+ap.add_argument("--vgpud", required=True)
+ap.add_argument("--vgpud-pid", type=int, required=True)
+ap.add_argument("--simroot", required=True)
+ap.add_argument("--work", required=True)
 args = ap.parse_args()
 os.makedirs(args.screenshots, exist_ok=True)
 PAGE = "/cockpit/@localhost/vgpud/index.html"
@@ -381,6 +385,7 @@ def as_root():
             raise CheckFailed(f"after the apply the bus has the pool's devices {pool}")
         wait(d, "the pool's devices on the page", lambda d: all(row_of(d, u) for u in pool))
         ok("layout applied: its steps done, the pool's devices on the bus and on the page")
+        restart(d)
         console_errors(d, "root")
         ok("no console errors (root)")
     finally:
@@ -421,6 +426,42 @@ def as_broker():
         ok("no console errors (broker)")
     finally:
         d.quit()
+
+
+def restart(d):
+    """vgpud stops (the page says so, and shows nothing stale) and starts again (the page
+    follows it without a reload: its GPUs, and a device made after the restart). In the root
+    page's session: cockpit-ws --local-session serves one session."""
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=args.bus)
+    gpus = manager("ListGpus")[0]
+    wait(d, "the GPUs before the restart", lambda d: len(rows(d, "gpus")) == len(gpus))
+    d.execute_script("window.__vgpud_marker = 7")
+    os.kill(args.vgpud_pid, 15)
+    wait(d, "the page to say vgpud is not running",
+         lambda d: "not running" in d.find_element(By.ID, "bus-state").text)
+    wait(d, "nothing stale while vgpud is not running", lambda d: not rows(d, "gpus")
+         and not rows(d, "devices") and not d.find_elements(By.CSS_SELECTOR, "#types tr")
+         and not d.find_element(By.ID, "create-open").is_enabled())
+    d.execute_script("window.scrollTo(0, 0)")
+    shot(d, "vgpud-stopped")
+    with open(os.path.join(args.work, "vgpud-again.log"), "w") as log:
+        proc = subprocess.Popen([args.vgpud, "--root", args.simroot, "--simulate"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    with open(os.path.join(args.work, "vgpud-again.pid"), "w") as f:
+        f.write(str(proc.pid))
+    wait(d, "the page to see vgpud again",
+         lambda d: d.find_element(By.ID, "bus-state").text == "" and len(rows(d, "gpus")) == len(gpus)
+         and d.find_element(By.ID, "create-open").is_enabled(),
+         timeout=30)
+    wait(d, "the types again", lambda d: types_available(d) == bus_available())
+    before = set(devices_on_bus())
+    subprocess.run([args.vgpuctl, "create", "mtty-2", "--owner", "after-restart"], env=env,
+                   check=True, capture_output=True)
+    uuid = next(u for u in devices_on_bus() if u not in before)
+    wait(d, "a device made after the restart", lambda d: row_of(d, uuid))
+    if d.execute_script("return window.__vgpud_marker") != 7:
+        raise CheckFailed("the page was reloaded")
+    ok("vgpud stopped (said so, nothing stale) and started again: the page follows it without a reload")
 
 
 def as_nobody():

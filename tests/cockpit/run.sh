@@ -12,6 +12,10 @@ repo=$1 work=$2 vgpud=$3 simroot=$4 vgpuctl=$5 shots=$6 port_root=$7 port_broker
 # shellcheck source=tests/polkit/system-bus.sh
 . "$repo/tests/polkit/system-bus.sh"
 start_system_bus "$repo" "$work" "$vgpud" "$simroot" vgpud-broker 64900
+# page.py stops vgpud and starts it again (as a restart or an upgrade does); the one it starts
+# writes its pid here for the trap below.
+vgpud_pid=${pids[2]}
+trap 'for p in "${pids[@]}" $(cat "$work/vgpud-again.pid" 2>/dev/null); do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
 
 # The package as tools/install puts it in /usr/share/cockpit/vgpud, here through
 # XDG_DATA_DIRS, which the bridge reads its packages from.
@@ -48,9 +52,10 @@ echo "READY cockpit-ws on $port_root (root), $port_broker (vgpud-broker, in the 
 rc=0
 env -u PYTHONPATH -u PYTHONHOME /usr/bin/python3 -I "$repo/tests/cockpit/page.py" \
   --root-url "http://127.0.0.1:$port_root" --broker-url "http://127.0.0.1:$port_broker" --nobody-url "http://127.0.0.1:$port_nobody" \
-  --bus "$DBUS_SYSTEM_BUS_ADDRESS" --vgpuctl "$vgpuctl" --screenshots "$shots" || rc=$?
+  --bus "$DBUS_SYSTEM_BUS_ADDRESS" --vgpuctl "$vgpuctl" --screenshots "$shots" \
+  --vgpud "$vgpud" --vgpud-pid "$vgpud_pid" --simroot "$simroot" --work "$work" || rc=$?
 if [ $rc -ne 0 ]; then
-  for log in "$work"/cockpit-ws-*.log "$work/vgpud.log"; do
+  for log in "$work"/cockpit-ws-*.log "$work"/vgpud*.log; do
     echo "---- $log (last lines)"
     tail -n 30 "$log"
   done
