@@ -91,6 +91,14 @@ const FILES: &[(&str, u32, &str)] = &[
         "fish's vendor completions",
     ),
     ("/usr/share/doc/vgpud/copyright", 0o644, "Debian policy"),
+    (
+        "/usr/share/cockpit/vgpud/manifest.json",
+        0o644,
+        "cockpit-bridge's packages",
+    ),
+    ("/usr/share/cockpit/vgpud/index.html", 0o644, "Cockpit"),
+    ("/usr/share/cockpit/vgpud/vgpud.js", 0o644, "Cockpit"),
+    ("/usr/share/cockpit/vgpud/vgpud.css", 0o644, "Cockpit"),
 ];
 
 /// The conffiles: every file under /etc.
