@@ -2,12 +2,15 @@
 //! system (Debian's `protobuf-compiler`, installed by `tools/install-deps`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tonic_build::configure().build_client(true).build_server(true).compile_protos(
-        &[
-            "proto/deviceplugin/v1beta1/api.proto",
-            "proto/podresources/v1/api.proto",
-        ],
-        &["proto"],
-    )?;
+    tonic_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(
+            &[
+                "proto/deviceplugin/v1beta1/api.proto",
+                "proto/podresources/v1/api.proto",
+            ],
+            &["proto"],
+        )?;
     Ok(())
 }

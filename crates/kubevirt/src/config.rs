@@ -225,8 +225,11 @@ mod tests {
         assert_eq!(c.reclaim_grace_s, 60);
         assert_eq!(c.resources[0].mode, Mode::OnDemand);
         assert_eq!(c.resources[1].pool.as_deref(), Some("k8s"));
-        let e = Config::parse(Path::new("k.toml"), "[[resource]]\ntype = \"x\"\nmode = \"pool\"\n")
-            .expect_err("a pool without its tag");
+        let e = Config::parse(
+            Path::new("k.toml"),
+            "[[resource]]\ntype = \"x\"\nmode = \"pool\"\n",
+        )
+        .expect_err("a pool without its tag");
         assert!(e.to_string().contains("needs `pool`"), "{e}");
     }
 }

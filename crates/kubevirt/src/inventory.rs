@@ -104,16 +104,15 @@ pub async fn resolve(client: &Client, config: &Config) -> Result<Vec<Resource>, 
                 .ok_or_else(|| ResolveError::Unknown { ty: rc.ty.clone() })?;
             (row.id.clone(), row.name.clone(), gpu.clone())
         };
-        let kind = if type_id == "passthrough" || gpu.sharing_modes.iter().any(|m| m == "sriov-vgpu")
-        {
-            Kind::Pci
-        } else {
-            Kind::Mdev
-        };
-        let name = rc
-            .name
-            .clone()
-            .unwrap_or_else(|| naming::resource_name(prefix(&config.prefix, gpu.vendor_id), &type_name));
+        let kind =
+            if type_id == "passthrough" || gpu.sharing_modes.iter().any(|m| m == "sriov-vgpu") {
+                Kind::Pci
+            } else {
+                Kind::Mdev
+            };
+        let name = rc.name.clone().unwrap_or_else(|| {
+            naming::resource_name(prefix(&config.prefix, gpu.vendor_id), &type_name)
+        });
         check_name(&name)?;
         out.push(resource(rc, name, type_id, kind));
     }
@@ -212,7 +211,9 @@ pub async fn capacity(client: &Client, tree: &Tree, r: &Resource) -> BTreeMap<St
             Ok(n) => {
                 out.insert(g.address.clone(), n);
             }
-            Err(e) => tracing::debug!(resource = %r.name, gpu = %g.address, error = %e, "GetCapacity"),
+            Err(e) => {
+                tracing::debug!(resource = %r.name, gpu = %g.address, error = %e, "GetCapacity")
+            }
         }
     }
     out
@@ -236,7 +237,10 @@ pub fn listing(
         Mode::Pool => {
             let pool = r.pool.as_deref().unwrap_or_default();
             for d in &tree.devices {
-                if d.owner != pool || !(d.type_id == r.type_id || r.type_id == "passthrough" && d.kind == "passthrough") {
+                if d.owner != pool
+                    || !(d.type_id == r.type_id
+                        || r.type_id == "passthrough" && d.kind == "passthrough")
+                {
                     continue;
                 }
                 let id = match r.kind {
@@ -309,7 +313,9 @@ pub fn listing(
             // most devices of the type first (vgpud's own preference: pack).
             let used = used_per_gpu(&out);
             let mut gpus: Vec<(&String, &u32)> = capacity.iter().collect();
-            gpus.sort_by_key(|(g, _)| std::cmp::Reverse(used.get(g.as_str()).copied().unwrap_or(0)));
+            gpus.sort_by_key(|(g, _)| {
+                std::cmp::Reverse(used.get(g.as_str()).copied().unwrap_or(0))
+            });
             let mut n = 0u32;
             for (gpu, &free) in gpus {
                 for _ in 0..free {

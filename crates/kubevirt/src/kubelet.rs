@@ -97,8 +97,7 @@ pub fn endpoint(resource: &str) -> String {
 /// Registers `resource` served on `endpoint` with kubelet.
 pub async fn register(dir: &Path, resource: &str, endpoint: &str) -> Result<(), KubeletError> {
     let path = dir.join(KUBELET_SOCKET);
-    let mut c =
-        dp::registration_client::RegistrationClient::new(channel(&path, "Register").await?);
+    let mut c = dp::registration_client::RegistrationClient::new(channel(&path, "Register").await?);
     c.register(dp::RegisterRequest {
         version: API_VERSION.into(),
         endpoint: endpoint.into(),
@@ -117,9 +116,10 @@ pub async fn register(dir: &Path, resource: &str, endpoint: &str) -> Result<(), 
 
 /// The device IDs pods hold, as (resource, ID), from PodResources `List`.
 pub async fn held(socket: &Path) -> Result<HashSet<(String, String)>, KubeletError> {
-    let mut c =
-        pr::pod_resources_lister_client::PodResourcesListerClient::new(channel(socket, "List").await?)
-            .max_decoding_message_size(16 << 20);
+    let mut c = pr::pod_resources_lister_client::PodResourcesListerClient::new(
+        channel(socket, "List").await?,
+    )
+    .max_decoding_message_size(16 << 20);
     let answer = c
         .list(pr::ListPodResourcesRequest {})
         .await

@@ -177,7 +177,10 @@ impl Plugin {
 
     /// One container's devices: made (on demand) or looked up (pool); the vgpud UUID,
     /// address and IOMMU group of each.
-    async fn container(&self, ids: &[String]) -> Result<dp::ContainerAllocateResponse, PluginError> {
+    async fn container(
+        &self,
+        ids: &[String],
+    ) -> Result<dp::ContainerAllocateResponse, PluginError> {
         let r = self.resource();
         let listing = self.shared.listing(self.index).await;
         let mut addresses = Vec::new();
@@ -185,13 +188,14 @@ impl Plugin {
         for id in ids {
             let uuid = match r.mode {
                 Mode::OnDemand => {
-                    let n = naming::on_demand_slot(&r.type_id, id, r.max_devices).ok_or_else(
-                        || PluginError::UnknownId {
-                            op: "Allocate",
-                            id: id.clone(),
-                            resource: r.name.clone(),
-                        },
-                    )?;
+                    let n =
+                        naming::on_demand_slot(&r.type_id, id, r.max_devices).ok_or_else(|| {
+                            PluginError::UnknownId {
+                                op: "Allocate",
+                                id: id.clone(),
+                                resource: r.name.clone(),
+                            }
+                        })?;
                     let uuid = naming::on_demand_uuid(&r.name, n);
                     let mut opts = Options::new()
                         .str("uuid", uuid.clone())
@@ -201,14 +205,8 @@ impl Plugin {
                     if let Some(e) = listing.get(id).filter(|e| e.numa >= 0 && !e.made) {
                         opts = opts.u32("numa_node", e.numa.unsigned_abs());
                     }
-                    // Remembered before the create: a device made for a failed Allocate is
-                    // still reclaimed once no pod holds it.
-                    self.shared.states[self.index]
-                        .lock()
-                        .await
-                        .memory
-                        .allocated
-                        .insert(id.clone());
+                    // A device made for an Allocate that fails later is ours all the same:
+                    // reclaimed once no pod holds it.
                     self.shared
                         .client
                         .create_device(&r.type_id, &opts)
@@ -219,6 +217,12 @@ impl Plugin {
                             uuid: uuid.clone(),
                             source,
                         })?;
+                    self.shared.states[self.index]
+                        .lock()
+                        .await
+                        .memory
+                        .allocated
+                        .insert(id.clone());
                     uuid
                 }
                 Mode::Pool => {
@@ -244,17 +248,17 @@ impl Plugin {
                     e.uuid.clone()
                 }
             };
-            let d = self
-                .shared
-                .client
-                .device(&uuid)
-                .await
-                .map_err(|source| PluginError::Vgpud {
-                    op: "Allocate",
-                    id: id.clone(),
-                    uuid: uuid.clone(),
-                    source,
-                })?;
+            let d =
+                self.shared
+                    .client
+                    .device(&uuid)
+                    .await
+                    .map_err(|source| PluginError::Vgpud {
+                        op: "Allocate",
+                        id: id.clone(),
+                        uuid: uuid.clone(),
+                        source,
+                    })?;
             let unusable = |why: &str| PluginError::Unusable {
                 op: "Allocate",
                 id: id.clone(),
@@ -274,9 +278,12 @@ impl Plugin {
         let mut devices = vec![vfio_spec("/dev/vfio/vfio".into())];
         devices.extend(groups.iter().map(|g| vfio_spec(format!("/dev/vfio/{g}"))));
         Ok(dp::ContainerAllocateResponse {
-            envs: [(r.env_var(), naming::env_value(addresses.iter().map(String::as_str)))]
-                .into_iter()
-                .collect(),
+            envs: [(
+                r.env_var(),
+                naming::env_value(addresses.iter().map(String::as_str)),
+            )]
+            .into_iter()
+            .collect(),
             devices,
             ..Default::default()
         })
