@@ -214,6 +214,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shipped_example_parses() {
+        let c = Config::parse(
+            Path::new("kubevirt.toml"),
+            include_str!("../../../integrations/kubevirt/kubevirt.toml"),
+        )
+        .expect("the example is valid");
+        assert_eq!(c.resources.len(), 1);
+        assert_eq!(c.prefix.intel, "intel.com/");
+    }
+
+    #[test]
     fn defaults_and_modes() {
         let c = Config::parse(
             Path::new("k.toml"),

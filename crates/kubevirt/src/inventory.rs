@@ -201,7 +201,7 @@ pub async fn capacity(client: &Client, tree: &Tree, r: &Resource) -> BTreeMap<St
         let offers = if r.type_id == "passthrough" {
             g.sharing_modes.iter().any(|m| m == "passthrough")
         } else {
-            g.types.iter().any(|t| *t == r.type_id)
+            g.types.contains(&r.type_id)
         };
         if !offers {
             continue;

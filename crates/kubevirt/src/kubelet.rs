@@ -58,7 +58,7 @@ pub enum KubeletError {
         /// kubelet's socket.
         path: PathBuf,
         /// kubelet's answer.
-        status: tonic::Status,
+        status: Box<tonic::Status>,
     },
     /// The directory cannot be watched.
     #[error("watching {path}: {source}")]
@@ -109,7 +109,7 @@ pub async fn register(dir: &Path, resource: &str, endpoint: &str) -> Result<(), 
         op: "Register",
         subject: resource.into(),
         path,
-        status,
+        status: Box::new(status),
     })?;
     Ok(())
 }
@@ -127,7 +127,7 @@ pub async fn held(socket: &Path) -> Result<HashSet<(String, String)>, KubeletErr
             op: "List",
             subject: "pods".into(),
             path: socket.to_path_buf(),
-            status,
+            status: Box::new(status),
         })?
         .into_inner();
     let mut out = HashSet::new();

@@ -51,7 +51,7 @@ pub enum PluginError {
         /// The vgpud device.
         uuid: String,
         /// vgpud's answer.
-        source: vgpud_client::Error,
+        source: Box<vgpud_client::Error>,
     },
     /// The device exists but cannot be handed out.
     #[error("{op} {id} ({uuid}): {why}")]
@@ -73,7 +73,7 @@ impl From<PluginError> for Status {
         match &e {
             PluginError::Invalid { .. } => Status::invalid_argument(msg),
             PluginError::UnknownId { .. } => Status::not_found(msg),
-            PluginError::Vgpud { source, .. } => match source {
+            PluginError::Vgpud { source, .. } => match **source {
                 vgpud_client::Error::NoCapacity(_) => Status::resource_exhausted(msg),
                 vgpud_client::Error::Busy(_) => Status::unavailable(msg),
                 vgpud_client::Error::NotFound(_) => Status::not_found(msg),
@@ -215,7 +215,7 @@ impl Plugin {
                             op: "Allocate",
                             id: id.clone(),
                             uuid: uuid.clone(),
-                            source,
+                            source: Box::new(source),
                         })?;
                     self.shared.states[self.index]
                         .lock()
@@ -257,7 +257,7 @@ impl Plugin {
                         op: "Allocate",
                         id: id.clone(),
                         uuid: uuid.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
             let unusable = |why: &str| PluginError::Unusable {
                 op: "Allocate",
@@ -343,6 +343,8 @@ impl dp::device_plugin_server::DevicePlugin for Plugin {
 
     type ListAndWatchStream = DeviceStream;
 
+    // tonic's API fixes the error type of the stream's items: `Status`.
+    #[allow(clippy::result_large_err)]
     async fn list_and_watch(
         &self,
         _: Request<dp::Empty>,
