@@ -312,9 +312,10 @@ async fn registers_and_allocate_answers_what_virt_launcher_parses() {
     assert_eq!(a["ok"], true, "{a}\n{}", k.log());
     let envs = a["envs"].as_object().expect("envs");
     assert_eq!(envs.len(), 1, "{envs:?}");
-    let value = envs[ENV_4Q]
-        .as_str()
-        .expect("the variable virt-launcher reads");
+    let value = envs
+        .get(ENV_4Q)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {ENV_4Q}, the variable virt-launcher reads: {envs:?}"));
     // AddressPool.load: strings.TrimSuffix(s, ","), then strings.Split(s, ",").
     let uuids: Vec<&str> = value.trim_end_matches(',').split(',').collect();
     assert_eq!(uuids.len(), 2, "{value}");
