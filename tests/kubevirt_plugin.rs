@@ -68,9 +68,20 @@ fn plugin_bin() -> PathBuf {
 
 impl Kube {
     async fn start(resources: &str, grace_s: u64) -> Kube {
-        let host = TestHost::new(&["nvidia-turing"]);
+        Self::start_on("nvidia-turing", resources, grace_s, |_| {}).await
+    }
+
+    /// On a host of `profile`, with `prepare` run on vgpud's bus before the plugin starts.
+    async fn start_on(
+        profile: &str,
+        resources: &str,
+        grace_s: u64,
+        prepare: impl FnOnce(&TestBus),
+    ) -> Kube {
+        let host = TestHost::new(&[profile]);
         let bus = TestBus::start(Policy::Open);
         let daemon = Daemon::start(&bus, &host).await;
+        prepare(&bus);
         let dir = tempfile::tempdir().expect("tempdir");
         let plugin_dir = dir.path().join("device-plugins");
         std::fs::create_dir(&plugin_dir).expect("plugin dir");
@@ -565,4 +576,79 @@ async fn registers_again_after_kubelet_restarts() {
             |d| d.len() == 12,
         );
     }
+}
+
+#[tokio::test]
+async fn sriov_vgpus_are_pci_resources_with_the_vf_addresses() {
+    if !python_ready("sriov_vgpus_are_pci_resources_with_the_vf_addresses") {
+        return;
+    }
+    const R: &str = "nvidia.com/NVIDIA_L40S-4Q";
+    // ResourceNameToEnvVar("PCI_RESOURCE", R), by hand.
+    const ENV: &str = "PCI_RESOURCE_NVIDIA_COM_NVIDIA_L40S-4Q";
+    let mut k = Kube::start_on(
+        "nvidia-l40s",
+        "[[resource]]\ntype = \"NVIDIA L40S-4Q\"\nmode = \"on-demand\"\n",
+        60,
+        |bus| {
+            // sriov-manage enables all 32 VFs of each GPU or none.
+            let gpus = bus
+                .busctl_call("/org/vgpud1", "org.vgpud1.Manager", "ListGpus", &[])
+                .expect("ListGpus");
+            for g in gpus["data"][0].as_array().expect("rows") {
+                let addr = g[0].as_str().expect("address");
+                bus.busctl_call(
+                    "/org/vgpud1",
+                    "org.vgpud1.Manager",
+                    "SetVfCount",
+                    &["sua{sv}", addr, "32", "0"],
+                )
+                .unwrap_or_else(|e| panic!("SetVfCount {addr}: {e}"));
+            }
+        },
+    )
+    .await;
+    let cap = k.capacity("L40S-4Q");
+    assert!(cap > 0, "the L40S host has room for 4Q");
+    k.wait_list(R, Duration::from_secs(20), "advertised", |d| {
+        d.len() as u64 == cap
+    });
+    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R, "count": 2}));
+    assert_eq!(a["ok"], true, "{a}\n{}", k.log());
+    let envs = a["envs"].as_object().expect("envs");
+    assert_eq!(envs.len(), 1, "{envs:?}");
+    let value = envs
+        .get(ENV)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {ENV}: {envs:?}"));
+    let bdfs: Vec<&str> = value.trim_end_matches(',').split(',').collect();
+    assert_eq!(bdfs.len(), 2, "{value}");
+    let devices = k.devices();
+    assert_eq!(devices.len(), 2);
+    for (uuid, ..) in &devices {
+        let path = format!("/org/vgpud1/device/{}", escape(uuid));
+        let out = k.bus.busctl(&[
+            "--json=short",
+            "get-property",
+            "org.vgpud1",
+            &path,
+            "org.vgpud1.Device",
+            "Address",
+        ]);
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+        let vf = v["data"].as_str().expect("Address");
+        assert!(bdfs.contains(&vf), "{vf} (the VF of {uuid}) is in {value}");
+    }
+    let nodes: Vec<&str> = a["devices"]
+        .as_array()
+        .expect("specs")
+        .iter()
+        .map(|d| d["host"].as_str().expect("path"))
+        .collect();
+    assert!(nodes.contains(&"/dev/vfio/vfio"), "{nodes:?}");
+    assert_eq!(
+        nodes.len(),
+        3,
+        "the container and each VF's group: {nodes:?}"
+    );
 }

@@ -104,12 +104,13 @@ pub async fn resolve(client: &Client, config: &Config) -> Result<Vec<Resource>, 
                 .ok_or_else(|| ResolveError::Unknown { ty: rc.ty.clone() })?;
             (row.id.clone(), row.name.clone(), gpu.clone())
         };
-        let kind =
-            if type_id == "passthrough" || gpu.sharing_modes.iter().any(|m| m == "sriov-vgpu") {
-                Kind::Pci
-            } else {
-                Kind::Mdev
-            };
+        // mdev types are those of a GPU that shares by mdev (on the GPU or, A40, on its VFs);
+        // the rest are PCI functions: SR-IOV vGPU VFs (L40S), whole GPUs.
+        let kind = if type_id != "passthrough" && gpu.sharing_modes.iter().any(|m| m == "mdev") {
+            Kind::Mdev
+        } else {
+            Kind::Pci
+        };
         let name = rc.name.clone().unwrap_or_else(|| {
             naming::resource_name(prefix(&config.prefix, gpu.vendor_id), &type_name)
         });
