@@ -652,3 +652,125 @@ async fn sriov_vgpus_are_pci_resources_with_the_vf_addresses() {
         "the container and each VF's group: {nodes:?}"
     );
 }
+
+/// p50 and p99 of `ms`.
+fn percentiles(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// The plugin's resident memory (kB) and CPU time (clock ticks) from /proc.
+fn rss_and_cpu(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("comm")
+        .1
+        .split_whitespace()
+        .collect();
+    // utime and stime: fields 14 and 15, the 12th and 13th after the command name.
+    let cpu = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+    (rss, cpu)
+}
+
+/// Figures, not checks: `cargo test --test kubevirt_plugin -- --ignored --nocapture`.
+/// Allocate latency (the fake kubelet's clock, gRPC both ways included) on demand and from a
+/// pool, a pool change's way to ListAndWatch, and the idle plugin's memory and CPU.
+#[tokio::test]
+#[ignore = "a benchmark: run with --ignored --nocapture"]
+async fn bench_allocate_latency_and_idle_cost() {
+    if !python_ready("bench_allocate_latency_and_idle_cost") {
+        return;
+    }
+    const R1Q: &str = "nvidia.com/GRID_RTX8000-1Q";
+    const N: usize = 100;
+    let resources = "[[resource]]\ntype = \"GRID RTX8000-1Q\"\nmode = \"on-demand\"\nmax_devices = 256\n\
+                     [[resource]]\ntype = \"GRID RTX8000-2Q\"\nmode = \"pool\"\npool = \"k8s-pool\"\n";
+    let mut k = Kube::start_on("large", resources, 600, |_| {}).await;
+    k.wait_list(R1Q, Duration::from_secs(30), "advertised", |d| {
+        !d.is_empty()
+    });
+    let ids: Vec<String> = (0..N).map(|n| format!("nvidia-264-{n}")).collect();
+    let r = k.cmd(json!({"cmd": "bench", "resource": R1Q, "ids": ids}));
+    assert_eq!(r["ok"], true, "{r}\n{}", k.log());
+    let ms: Vec<f64> = r["ms"]
+        .as_array()
+        .expect("ms")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    let (p50, p99) = percentiles(ms);
+    eprintln!("on demand: {N} Allocates (each a CreateDevice): p50 {p50:.2} ms, p99 {p99:.2} ms");
+
+    // A pool of N devices made by another client, then one change's way to ListAndWatch.
+    const R2Q: &str = "nvidia.com/GRID_RTX8000-2Q";
+    let c = vgpud_client::Client::connect(&vgpud_client::BusChoice::Address(k.bus.address.clone()))
+        .await
+        .expect("client");
+    let mut pool = Vec::new();
+    for _ in 0..N {
+        let (u, _) = c
+            .create_device(
+                "RTX8000-2Q",
+                &vgpud_client::Options::new()
+                    .str("owner", "k8s-pool")
+                    .bool("persistent", false),
+            )
+            .await
+            .expect("create a pool device");
+        pool.push(u);
+    }
+    k.wait_list(R2Q, Duration::from_secs(5), "the pool", |d| d.len() == N);
+    let r = k.cmd(json!({"cmd": "bench", "resource": R2Q, "ids": pool}));
+    assert_eq!(r["ok"], true, "{r}");
+    let ms: Vec<f64> = r["ms"]
+        .as_array()
+        .expect("ms")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    let (p50, p99) = percentiles(ms);
+    eprintln!("pool: {N} Allocates (devices made): p50 {p50:.2} ms, p99 {p99:.2} ms");
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let (u, _) = c
+            .create_device(
+                "RTX8000-2Q",
+                &vgpud_client::Options::new()
+                    .str("owner", "k8s-pool")
+                    .bool("persistent", false),
+            )
+            .await
+            .expect("create");
+        let t0 = Instant::now();
+        loop {
+            let (d, _) = k.list(R2Q).expect("list");
+            if d.iter().any(|d| d["id"] == u.as_str()) {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(2), "not listed");
+        }
+        seen.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let (p50, p99) = percentiles(seen);
+    eprintln!(
+        "CreateDevice reply → ListAndWatch update (20 changes): p50 {p50:.2} ms, max {p99:.2} ms"
+    );
+
+    // Idle: nothing changes for 10 s.
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss, cpu0) = rss_and_cpu(k.plugin.id());
+    std::thread::sleep(Duration::from_secs(10));
+    let (_, cpu1) = rss_and_cpu(k.plugin.id());
+    eprintln!(
+        "idle: RSS {rss} kB, CPU {} ticks in 10 s (100 ticks = 1 s)",
+        cpu1 - cpu0
+    );
+}

@@ -186,6 +186,19 @@ def storm(resource, ids):
     return {"ok": True, "results": results}
 
 
+def bench(resource, ids):
+    """Allocates each ID alone, one after another; each call's latency in ms."""
+    with LOCK:
+        stub = PLUGINS[resource][1]
+    out = []
+    for i in ids:
+        req = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=[i])])
+        t0 = time.monotonic()
+        stub.Allocate(req, timeout=60)
+        out.append((time.monotonic() - t0) * 1000)
+    return {"ok": True, "ms": out}
+
+
 def restart():
     """kubelet's restart: its servers go, every socket in the directory is deleted (the
     device manager empties the directory on start), kubelet.sock is made anew."""
@@ -228,6 +241,8 @@ def main():
                 out = {"ok": True}
             elif c == "storm":
                 out = storm(cmd["resource"], cmd["ids"])
+            elif c == "bench":
+                out = bench(cmd["resource"], cmd["ids"])
             elif c == "restart":
                 out = restart()
             else:

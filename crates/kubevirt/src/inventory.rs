@@ -195,29 +195,31 @@ pub struct Memory {
     pub last: Listing,
 }
 
-/// Capacity per GPU for an on-demand type: GPU address → how many more.
+/// Capacity per GPU for an on-demand type: GPU address → how many more. The GPUs are asked
+/// at once (one `GetCapacity` each, in parallel).
 pub async fn capacity(client: &Client, tree: &Tree, r: &Resource) -> BTreeMap<String, u32> {
-    let mut out = BTreeMap::new();
-    for g in &tree.gpus {
-        let offers = if r.type_id == "passthrough" {
+    let gpus = tree.gpus.iter().filter(|g| {
+        if r.type_id == "passthrough" {
             g.sharing_modes.iter().any(|m| m == "passthrough")
         } else {
             g.types.contains(&r.type_id)
-        };
-        if !offers {
-            continue;
         }
+    });
+    let asks = gpus.map(|g| async move {
         let opts = Options::new().str("parent", g.address.clone());
         match client.capacity(&r.type_id, &opts).await {
-            Ok(n) => {
-                out.insert(g.address.clone(), n);
-            }
+            Ok(n) => Some((g.address.clone(), n)),
             Err(e) => {
-                tracing::debug!(resource = %r.name, gpu = %g.address, error = %e, "GetCapacity")
+                tracing::debug!(resource = %r.name, gpu = %g.address, error = %e, "GetCapacity");
+                None
             }
         }
-    }
-    out
+    });
+    futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The listing of `r` from vgpud's tree and the capacity per GPU.
