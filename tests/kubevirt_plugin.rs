@@ -538,6 +538,43 @@ async fn on_demand_devices_are_reclaimed_after_their_pod_leaves_and_never_before
 }
 
 #[tokio::test]
+async fn nothing_is_reclaimed_while_pod_resources_cannot_be_asked() {
+    if !python_ready("nothing_is_reclaimed_while_pod_resources_cannot_be_asked") {
+        return;
+    }
+    let grace = 1;
+    let mut k = Kube::start(ON_DEMAND, grace).await;
+    k.wait_list(R4Q, Duration::from_secs(20), "advertised", |d| {
+        d.len() == 12
+    });
+    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R4Q, "count": 1}));
+    assert_eq!(a["ok"], true, "{a}");
+    let ua = a["envs"][ENV_4Q].as_str().expect("uuid").to_string();
+    let has = |k: &Kube, u: &str| k.devices().iter().any(|d| d.0 == u);
+    // kubelet's PodResources goes away, and so does the pod: nobody can say the device is
+    // free, so it stays however long that lasts.
+    assert_eq!(k.cmd(json!({"cmd": "pods_down"}))["ok"], true);
+    k.cmd(json!({"cmd": "delete_pod", "pod": "vm-a"}));
+    std::thread::sleep(Duration::from_secs(grace * 4 + 1));
+    assert!(
+        has(&k, &ua),
+        "reclaimed without PodResources' word\n{}",
+        k.log()
+    );
+    // Back: the device goes after the grace.
+    assert_eq!(k.cmd(json!({"cmd": "pods_up"}))["ok"], true);
+    let t0 = Instant::now();
+    while has(&k, &ua) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(grace + 4),
+            "not reclaimed once PodResources answers\n{}",
+            k.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test]
 async fn registers_again_after_kubelet_restarts() {
     if !python_ready("registers_again_after_kubelet_restarts") {
         return;

@@ -241,6 +241,14 @@ def main():
                 out = {"ok": True}
             elif c == "storm":
                 out = storm(cmd["resource"], cmd["ids"])
+            elif c == "pods_down":
+                SERVERS.pop("pods").stop(0).wait()
+                if os.path.exists(POD_RESOURCES):
+                    os.unlink(POD_RESOURCES)
+                out = {"ok": True}
+            elif c == "pods_up":
+                start_pod_resources()
+                out = {"ok": True}
             elif c == "bench":
                 out = bench(cmd["resource"], cmd["ids"])
             elif c == "restart":
