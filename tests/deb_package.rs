@@ -33,6 +33,21 @@ const FILES: &[(&str, u32, &str)] = &[
     ),
     ("/usr/bin/vgpuctl", 0o755, "the operator's PATH"),
     (
+        "/usr/sbin/vgpud-kubevirt",
+        0o755,
+        "vgpud-kubevirt.service's ExecStart",
+    ),
+    (
+        "/usr/lib/systemd/system/vgpud-kubevirt.service",
+        0o644,
+        "systemd's unit directory for packages",
+    ),
+    (
+        "/usr/share/doc/vgpud/examples/kubevirt.toml",
+        0o644,
+        "the operator writing /etc/vgpud/kubevirt.toml",
+    ),
+    (
         "/usr/lib/systemd/system/vgpud.service",
         0o644,
         "systemd's unit directory for packages",
@@ -176,6 +191,18 @@ fn vgpuctl_bin() -> PathBuf {
     path
 }
 
+/// The vgpud-kubevirt binary next to vgpud (a package of its own, like vgpuctl).
+fn kubevirt_bin() -> PathBuf {
+    let path = Path::new(vgpud_bin()).with_file_name("vgpud-kubevirt");
+    assert!(
+        path.exists(),
+        "{} is missing: vgpud-kubevirt is a package of its own; run `cargo build --workspace` \
+         first (tests/run does)",
+        path.display()
+    );
+    path
+}
+
 /// The control field `name` of `deb`.
 fn field(deb: &Path, name: &str) -> String {
     stdout(&run("dpkg-deb", &["--field", s(deb), name]))
@@ -212,6 +239,7 @@ fn the_package_installs_where_its_consumers_look_and_purges_cleanly() {
         .args(["--compress", "gzip"])
         .env("VGPUD_BINARY", vgpud_bin())
         .env("VGPUCTL_BINARY", vgpuctl_bin())
+        .env("VGPUD_KUBEVIRT_BINARY", kubevirt_bin())
         .output()
         .expect("run tools/build-deb");
     assert!(

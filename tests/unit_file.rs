@@ -39,6 +39,7 @@ fn install() -> (tempfile::TempDir, PathBuf) {
     let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/install"))
         .env("DESTDIR", &dest)
         .env("VGPUD_BINARY", vgpud_bin())
+        .env("VGPUD_KUBEVIRT_BINARY", kubevirt_bin())
         .output()
         .expect("run tools/install");
     assert!(
@@ -48,6 +49,15 @@ fn install() -> (tempfile::TempDir, PathBuf) {
         String::from_utf8_lossy(&out.stderr)
     );
     (dir, dest)
+}
+
+/// vgpud-kubevirt (a package of its own), built once per test binary.
+fn kubevirt_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    if let Err(e) = BUILT.get_or_init(|| common::nvml::cargo_build("vgpud-kubevirt")) {
+        panic!("{e}");
+    }
+    Path::new(vgpud_bin()).with_file_name("vgpud-kubevirt")
 }
 
 /// The installed unit, in the DESTDIR.
@@ -150,6 +160,52 @@ fn the_installed_unit_is_exposed_at_most_2_0() {
         "RestrictAddressFamilies=AF_UNIX",
         "BusName=org.vgpud1",
         "WatchdogSec=",
+    ] {
+        assert!(unit_text.contains(needed), "the unit lost {needed:?}");
+    }
+}
+
+/// vgpud-kubevirt's unit, installed beside vgpud's: it verifies (its binary and vgpud.service,
+/// which it requires, are there) and is exposed at most 2.0 too.
+#[test]
+fn the_kubevirt_unit_verifies_and_is_exposed_at_most_2_0() {
+    let test = "the_kubevirt_unit_verifies_and_is_exposed_at_most_2_0";
+    let Some(analyze) = systemd_analyze(test) else {
+        return;
+    };
+    let (_dir, dest) = install();
+    let kv = dest.join("usr/lib/systemd/system/vgpud-kubevirt.service");
+    add_host_units(&dest);
+    let out = Command::new(analyze)
+        .arg("verify")
+        .arg(format!("--root={}", dest.display()))
+        .arg("/usr/lib/systemd/system/vgpud-kubevirt.service")
+        .output()
+        .expect("run systemd-analyze verify");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify: {}",
+        text(&out)
+    );
+    let out = Command::new(analyze)
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(&kv)
+        .output()
+        .expect("run systemd-analyze security");
+    let report = text(&out);
+    let score =
+        exposure(&report).unwrap_or_else(|| panic!("no overall exposure in the report:\n{report}"));
+    eprintln!("exposure of the installed vgpud-kubevirt.service: {score}");
+    assert!(
+        score <= MAX_EXPOSURE,
+        "exposure {score} > {MAX_EXPOSURE}:\n{report}"
+    );
+    let unit_text = std::fs::read_to_string(&kv).expect("unit");
+    for needed in [
+        "Requires=vgpud.service",
+        "After=vgpud.service",
+        "ExecStart=/usr/sbin/vgpud-kubevirt",
+        "ReadWritePaths=-/var/lib/kubelet/device-plugins",
     ] {
         assert!(unit_text.contains(needed), "the unit lost {needed:?}");
     }
