@@ -3,9 +3,9 @@
 //! the only question left is which logins the GPUs cannot hold. That is computed offline,
 //! without a daemon: the most requests the Quadro GPUs can hold under NVIDIA's equal-size
 //! rule (one size per GPU at a time, devices stay where they are made) is the storm
-//! benchmark's branch and bound (`benches/storm/optimum.rs`), exact when it ends within its
-//! node limit, else its fractional upper bound (`trace::upper_bound`), which makes the
-//! refusals a lower bound. The MIG slices are one size on identical slots, where taking
+//! benchmark's branch and bound (`benches/storm/optimum.rs`), exact on a small trace (up
+//! to [`EXACT_MAX`] requests, within its node limit); on a longer one, its fractional upper
+//! bound (`trace::upper_bound`), which makes the refusals a lower bound. The MIG slices are one size on identical slots, where taking
 //! the requests by earliest end whenever a slot is free is exact (interval scheduling on k
 //! machines).
 
@@ -27,18 +27,26 @@ pub struct Hindsight {
     pub broker_idle_gpu_hours: f64,
 }
 
-/// The fewest of `requests` that `gpus` GPUs must refuse (exact, whether the search ended
-/// within `limit` nodes).
+/// Traces up to this many Quadro requests get the exact search; longer ones the bound.
+pub const EXACT_MAX: usize = 300;
+
+/// The fewest of `requests` that `gpus` GPUs must refuse, and whether it is exact: the
+/// search (at most `limit` nodes) for up to [`EXACT_MAX`] requests, else (or when the search
+/// does not end) a lower bound from the fractional bound.
 pub fn least_refusals(requests: &[Request], gpus: usize, limit: u64) -> (usize, bool) {
     if requests.is_empty() {
         return (0, true);
     }
-    let found = optimum(requests, gpus, 0, limit);
-    if found.proven {
-        return (requests.len() - found.accepted, true);
+    let mut upper = requests.len();
+    if requests.len() <= EXACT_MAX {
+        let found = optimum(requests, gpus, 0, limit);
+        if found.proven {
+            return (requests.len() - found.accepted, true);
+        }
+        upper = found.upper;
     }
     // The bound works on a day: times scaled into 24 h (a linear change of time keeps
-    // every overlap, so the bound is the same).
+    // every overlap, so the bound is the same), in half-hour windows of the week.
     let span = requests.iter().map(|r| r.end).fold(1e-9, f64::max);
     let scaled: Vec<Request> = requests
         .iter()
@@ -48,10 +56,9 @@ pub fn least_refusals(requests: &[Request], gpus: usize, limit: u64) -> (usize, 
             ..r.clone()
         })
         .collect();
-    let upper = (upper_bound(&scaled, gpus as f64, 24 * 28).floor() as usize)
-        .min(found.upper)
-        .max(found.accepted);
-    (requests.len() - upper, false)
+    let windows = ((span * 2.0).ceil() as usize).max(1);
+    let bound = (upper_bound(&scaled, gpus as f64, windows).floor() as usize).min(upper);
+    (requests.len() - bound, false)
 }
 
 /// The fewest of `intervals` (start, end) that `slots` identical slots must refuse: by

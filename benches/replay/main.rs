@@ -21,7 +21,7 @@
 //! one, `VGPUD_REPLAY_SEED`, default 25, two weeks), `VGPUD_REPLAY_SPEED` (wall seconds per
 //! simulated hour, default 1), `VGPUD_REPLAY_HOURS` (hours replayed from the start of the
 //! trace's last week, default 168), `VGPUD_REPLAY_POLICIES` (default
-//! `static,demand,elastic`). Weeks before the last are history: the forecast learns them
+//! `static,demand,elastic`; empty: the hindsight and the forecast only). Weeks before the last are history: the forecast learns them
 //! and the static layout is sized from them.
 
 mod hindsight;
@@ -476,6 +476,7 @@ fn main() {
     let policies: Vec<Policy> = std::env::var("VGPUD_REPLAY_POLICIES")
         .unwrap_or_else(|_| "static,demand,elastic".into())
         .split(',')
+        .filter(|p| !p.trim().is_empty())
         .map(|p| match p.trim() {
             "static" => Policy::Static,
             "demand" => Policy::Demand,
@@ -491,12 +492,15 @@ fn main() {
         .collect();
     let mut pairs = Vec::new();
     let mut csv = String::from("hour,forecast,actual\n");
-    for h in 0..hours as usize {
-        let f: f64 = (0..4).map(|i| replay.forecast[h][i].0).sum();
-        let a: f64 = (0..4).map(|i| actual[i][h]).sum();
-        for i in 0..4 {
-            pairs.push((replay.forecast[h][i].0, actual[i][h]));
-        }
+    for (h, row) in replay.forecast.iter().enumerate() {
+        let hour: Vec<(f64, f64)> = row
+            .iter()
+            .zip(&actual)
+            .map(|(f, a)| (f.0, a.get(h).copied().unwrap_or(0.0)))
+            .collect();
+        let f: f64 = hour.iter().map(|p| p.0).sum();
+        let a: f64 = hour.iter().map(|p| p.1).sum();
+        pairs.extend(hour);
         let _ = writeln!(csv, "{h},{f:.3},{a}");
     }
     let acc = accuracy(&pairs);
