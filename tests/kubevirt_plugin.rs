@@ -258,6 +258,24 @@ impl Kube {
     }
 }
 
+/// The one variable an Allocate answered (`env`, the name virt-launcher reads) and the IDs
+/// in it, split as virt-launcher does (AddressPool.load: `strings.TrimSuffix(s, ",")`, then
+/// `strings.Split(s, ",")`).
+fn env_ids(answer: &Value, env: &str) -> (String, Vec<String>) {
+    let envs = answer["envs"].as_object().expect("envs");
+    assert_eq!(envs.len(), 1, "{envs:?}");
+    let value = envs
+        .get(env)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {env}, the variable virt-launcher reads: {envs:?}"));
+    let ids = value
+        .trim_end_matches(',')
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    (value.to_string(), ids)
+}
+
 impl Drop for Kube {
     fn drop(&mut self) {
         let _ = self.plugin.kill();
@@ -321,14 +339,8 @@ async fn registers_and_allocate_answers_what_virt_launcher_parses() {
 
     let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R4Q, "count": 2}));
     assert_eq!(a["ok"], true, "{a}\n{}", k.log());
-    let envs = a["envs"].as_object().expect("envs");
-    assert_eq!(envs.len(), 1, "{envs:?}");
-    let value = envs
-        .get(ENV_4Q)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no {ENV_4Q}, the variable virt-launcher reads: {envs:?}"));
-    // AddressPool.load: strings.TrimSuffix(s, ","), then strings.Split(s, ",").
-    let uuids: Vec<&str> = value.trim_end_matches(',').split(',').collect();
+    let (value, uuids) = env_ids(&a, ENV_4Q);
+    let uuids: Vec<&str> = uuids.iter().map(String::as_str).collect();
     assert_eq!(uuids.len(), 2, "{value}");
     let devices = k.devices();
     let mut groups = Vec::new();
@@ -652,13 +664,8 @@ async fn sriov_vgpus_are_pci_resources_with_the_vf_addresses() {
     });
     let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R, "count": 2}));
     assert_eq!(a["ok"], true, "{a}\n{}", k.log());
-    let envs = a["envs"].as_object().expect("envs");
-    assert_eq!(envs.len(), 1, "{envs:?}");
-    let value = envs
-        .get(ENV)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no {ENV}: {envs:?}"));
-    let bdfs: Vec<&str> = value.trim_end_matches(',').split(',').collect();
+    let (value, bdfs) = env_ids(&a, ENV);
+    let bdfs: Vec<&str> = bdfs.iter().map(String::as_str).collect();
     assert_eq!(bdfs.len(), 2, "{value}");
     let devices = k.devices();
     assert_eq!(devices.len(), 2);

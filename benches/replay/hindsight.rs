@@ -138,47 +138,12 @@ pub fn hindsight(
 #[allow(dead_code, unused_imports)]
 mod tests {
     use super::*;
-    use crate::week::Rng;
+    use crate::trace::Rng;
 
-    /// Every assignment (refused, or GPU g) of `requests`, checked against the equal-size
-    /// rule at each start: the fewest refusals, by brute force.
+    /// The fewest refusals by brute force: the storm bench's exact search over every
+    /// assignment.
     fn brute(requests: &[Request], gpus: usize) -> usize {
-        let n = requests.len();
-        let mut choice = vec![0usize; n];
-        let mut best = n;
-        loop {
-            let ok = (1..=gpus).all(|g| {
-                let on: Vec<&Request> = (0..n)
-                    .filter(|&i| choice[i] == g)
-                    .map(|i| &requests[i])
-                    .collect();
-                on.iter().all(|r| {
-                    let active: Vec<&&Request> = on
-                        .iter()
-                        .filter(|o| o.start <= r.start && r.start < o.end)
-                        .collect();
-                    active
-                        .iter()
-                        .all(|o| o.framebuffer_gib == r.framebuffer_gib)
-                        && active.len() as u32 <= r.max_per_gpu
-                })
-            });
-            if ok {
-                best = best.min(choice.iter().filter(|&&c| c == 0).count());
-            }
-            let mut k = 0;
-            loop {
-                if k == n {
-                    return best;
-                }
-                choice[k] += 1;
-                if choice[k] <= gpus {
-                    break;
-                }
-                choice[k] = 0;
-                k += 1;
-            }
-        }
+        requests.len() - crate::optimum::tests::brute(requests, gpus)
     }
 
     fn tiny(seed: u64, n: usize) -> Vec<Request> {

@@ -11,42 +11,29 @@ pub const DAY: u64 = 24 * HOUR;
 /// Seconds in a week.
 pub const WEEK: u64 = 7 * DAY;
 
-/// A small seeded generator (SplitMix64): the same trace on every machine.
-pub struct Rng(u64);
+/// The storm bench's seeded generator (SplitMix64): the same trace on every machine.
+pub use crate::trace::Rng;
 
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
+/// The draws a week of logins needs beyond the generator's uniform one.
+pub trait Draws {
     /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
+    fn normal(&mut self) -> f64;
+    /// Log-normal with median `median` and shape `sigma`.
+    fn log_normal(&mut self, median: f64, sigma: f64) -> f64 {
+        median * (sigma * self.normal()).exp()
+    }
+    /// Poisson with mean `mean` (Knuth's method; means here are small).
+    fn poisson(&mut self, mean: f64) -> u32;
+}
+
+impl Draws for Rng {
+    fn normal(&mut self) -> f64 {
         let u = 1.0 - self.unit();
         let v = self.unit();
         (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
     }
 
-    /// Log-normal with median `median` and shape `sigma`.
-    pub fn log_normal(&mut self, median: f64, sigma: f64) -> f64 {
-        median * (sigma * self.normal()).exp()
-    }
-
-    /// Poisson with mean `mean` (Knuth's method; means here are small).
-    pub fn poisson(&mut self, mean: f64) -> u32 {
+    fn poisson(&mut self, mean: f64) -> u32 {
         let limit = (-mean).exp();
         let (mut k, mut p) = (0, self.unit());
         while p > limit {

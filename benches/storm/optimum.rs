@@ -264,13 +264,13 @@ impl Search {
 // Run by tests/packing_optimum.rs; the bench (no test harness) compiles them unused.
 #[cfg(test)]
 #[allow(dead_code)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::Rng;
 
     /// Every assignment (refuse, or GPU g, per request) checked against the rules: the exact
-    /// answer by brute force.
-    fn brute(requests: &[Request], gpus: usize) -> usize {
+    /// answer by brute force (the replay bench's hindsight is checked against it too).
+    pub fn brute(requests: &[Request], gpus: usize) -> usize {
         let n = requests.len();
         let mut best = 0;
         let mut choice = vec![0usize; n]; // 0: refused, g + 1: on GPU g
