@@ -441,6 +441,38 @@ async fn external_changes_reach_list_and_watch_within_a_second() {
     let r = k.cmd(json!({"cmd": "allocate", "resource": R2Q, "ids": [uuid]}));
     assert_eq!(r["ok"], false);
     assert_eq!(r["code"], "FAILED_PRECONDITION", "{r}");
+
+    // An on-demand device a pod holds, removed behind vgpud's back (the kernel's `remove`
+    // written as an operator's shell would, through the simulated kernel, which sends the
+    // uevent): Unhealthy within a second too.
+    let b = k.cmd(json!({"cmd": "admit", "pod": "vm-q", "resource": R4Q, "count": 1}));
+    assert_eq!(b["ok"], true, "{b}");
+    let (_, held) = env_ids(&b, ENV_4Q);
+    let id = b["chosen"][0].as_str().map(str::to_string);
+    let out = Command::new(common::daemon::vgpud_bin())
+        .arg("--root")
+        .arg(&k._host.root)
+        .args(["sim-host", "--poke"])
+        .arg(format!("sys/bus/mdev/devices/{}/remove", held[0]))
+        .arg("1")
+        .output()
+        .expect("vgpud sim-host --poke");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dt = k.wait_list(
+        R4Q,
+        Duration::from_secs(1),
+        "the held device unhealthy",
+        |d| {
+            d.iter().any(|e| {
+                e["health"] == "Unhealthy" && id.as_deref().is_some_and(|id| e["id"] == id)
+            })
+        },
+    );
+    eprintln!("removal behind vgpud's back → Unhealthy: {dt:?}");
 }
 
 #[tokio::test]
