@@ -258,7 +258,11 @@ def as_root():
                       d.find_element(By.ID, "mig-placement").find_elements(By.TAG_NAME, "option")]
         if placements != [""] + [str(start) for start, _ in free]:
             raise CheckFailed(f"the MIG dialog offers placements {placements}, free are {free}")
-        mig_start = free[-1][0]
+        # Not the last free placement: vgpud's own choice here (the one keeping most room), so a
+        # placement the page does not pass is seen.
+        mig_start = free[0][0]
+        if len(free) < 2:
+            raise CheckFailed(f"{mig_profile} has free placements {free}: too few to tell a placement")
         Select(d.find_element(By.ID, "mig-placement")).select_by_value(str(mig_start))
         shot(d, "mig-create-dialog")
         before = instances_on_bus()
