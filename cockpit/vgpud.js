@@ -149,7 +149,9 @@
                          label(migNow ? "on" : "off", migNow ? "on" : "off"),
                          migPending !== migNow ? label("pending " + (migPending ? "on" : "off"), "warn") : null,
                          migNow ? " " + instances.length + " GPU instance" + (instances.length === 1 ? "" : "s") : null,
-                         migNow ? migBar(g.Address, instances) : null);
+                         migNow ? migBar(g.Address, instances) : null,
+                         migNow ? migList(g.Address, instances) : null,
+                         migNow ? action("Create GPU instance", "btn-link act-mig-create", () => openMigCreate(g.Address)) : null);
             }
             let util = "—";
             let fb = "—";
@@ -207,6 +209,93 @@
             b.append(seg);
         }
         return b;
+    }
+
+    /* Under the bar, each GPU instance with its Destroy (configure-host: root or an administrator). */
+    function migList(address, instances) {
+        if (instances.length === 0) return null;
+        return el("ul", { class: "mig-list" }, instances.map(([id, , profile, start, , device]) =>
+            el("li", { "data-instance": String(id) },
+               el("span", { text: profile + " #" + id + " at slice " + start +
+                   (device && device !== "/" ? ", used by " + device : "") }),
+               action("Destroy", "btn-link act-mig-destroy", () => askMigDestroy(address, id, profile)))));
+    }
+
+    /* The create dialog offers the profiles ListMigProfiles says have room now, at their free
+     * placements (or vgpud's choice of one). */
+    let migProfiles = []; // ListMigProfiles rows with room: [id, index, name, slices, memory, max, remaining, placements, free]
+
+    function openMigCreate(address) {
+        const dialog = $("mig-dialog");
+        const select = $("mig-profile");
+        $("mig-gpu").textContent = address;
+        $("mig-error").hidden = true;
+        $("mig-submit").disabled = true;
+        select.replaceChildren(el("option", { value: "", text: "Asking vgpud what fits…" }));
+        $("mig-placement").replaceChildren();
+        dialog.dataset.gpu = address;
+        dialog.returnValue = "";
+        dialog.showModal();
+        call(NVIDIA_PATH, NVIDIA, "ListMigProfiles", [address], "s")
+                .then(([profiles]) => {
+                    migProfiles = profiles.filter(p => p[6] > 0 && p[8].length > 0);
+                    if (migProfiles.length === 0) {
+                        select.replaceChildren(el("option", { value: "", text: "No profile fits on this GPU now" }));
+                        return;
+                    }
+                    select.replaceChildren(...migProfiles.map(p =>
+                        el("option", { value: p[2], text: p[2] + " (" + p[3] + " slice" + (p[3] === 1 ? "" : "s") + ", " +
+                            bytes(p[4]) + ") — " + p[6] + " more fit" })));
+                    fillPlacements();
+                    $("mig-submit").disabled = false;
+                })
+                .catch(err => {
+                    select.replaceChildren(el("option", { value: "", text: "—" }));
+                    migError(err);
+                });
+    }
+
+    function fillPlacements() {
+        const p = migProfiles.find(p => p[2] === $("mig-profile").value);
+        const options = [el("option", { value: "", text: "Any free placement (vgpud chooses)" })];
+        for (const [start, size] of (p ? p[8] : [])) {
+            options.push(el("option", { value: String(start), text: size === 1 ? "slice " + start : "slices " + start + "–" + (start + size - 1) }));
+        }
+        $("mig-placement").replaceChildren(...options);
+    }
+
+    function migError(err) {
+        const box = $("mig-error");
+        box.replaceChildren(...errorBlock(err));
+        box.hidden = false;
+    }
+
+    function submitMigCreate(event) {
+        if (event.submitter && event.submitter.value !== "create") return; // Cancel closes it.
+        event.preventDefault();
+        const dialog = $("mig-dialog");
+        const profile = $("mig-profile").value;
+        if (!profile) return;
+        const options = {};
+        const placement = $("mig-placement").value;
+        if (placement !== "") options.placement = variant("u", parseInt(placement, 10));
+        $("mig-submit").disabled = true;
+        call(NVIDIA_PATH, NVIDIA, "CreateGpuInstance", [dialog.dataset.gpu, profile, options], "ssa{sv}")
+                .then(() => dialog.close("created"))
+                .catch(err => { migError(err); $("mig-submit").disabled = false });
+    }
+
+    function askMigDestroy(address, id, profile) {
+        const dialog = $("mig-destroy-dialog");
+        $("mig-destroy-what").textContent = profile + " #" + id;
+        $("mig-destroy-gpu").textContent = address;
+        dialog.returnValue = "";
+        dialog.onclose = () => {
+            if (dialog.returnValue !== "destroy") return;
+            call(NVIDIA_PATH, NVIDIA, "DestroyGpuInstance", [address, id, {}], "sua{sv}")
+                    .catch(err => showError("DestroyGpuInstance " + address + " " + id + " failed", err));
+        };
+        dialog.showModal();
     }
 
     function refreshMetrics(address) {
@@ -536,6 +625,8 @@
         $("create-form").addEventListener("submit", submitCreate);
         $("xml-copy").addEventListener("click", copyXml);
         $("scheduler-form").addEventListener("submit", submitScheduler);
+        $("mig-form").addEventListener("submit", submitMigCreate);
+        $("mig-profile").addEventListener("change", fillPlacements);
         $("device-filter").addEventListener("input", renderDevices);
 
         // "try": as root when the user turned on administrative access, else as the user.

@@ -227,6 +227,66 @@ def as_root():
                 and abs(segs[0].size["width"] * 2 - row.find_element(By.CSS_SELECTOR, ".migbar").size["width"]) <= 2
         wait(d, "the MIG bar", mig_segment)
         ok("MIG bar: vgpuctl's GPU instance shown live at its placement")
+
+        # The MIG view's create: its dialog offers the profiles ListMigProfiles says have room
+        # (remaining and a free placement), at their free placements; the chosen one is made
+        # by CreateGpuInstance, on the bus and in the bar without a reload.
+        def instances_on_bus():
+            return {i[0]: i for i in prop("gpu", h200, "org.vgpud1.Gpu", "GpuInstances")}
+
+        def segment(d, gid):
+            row = next(r for r in rows(d, "gpus") if r.get_attribute("data-gpu") == h200)
+            found = row.find_elements(By.CSS_SELECTOR, f'.migbar .mig-instance[data-instance="{gid}"]')
+            return found[0] if found else None
+
+        d.execute_script("window.__vgpud_marker = 41")
+        click(d, f'#gpus tr[data-gpu="{h200}"]', "act-mig-create")
+        wait(d, "the MIG dialog's profiles", lambda d: d.find_element(By.ID, "mig-dialog").is_displayed()
+             and d.find_element(By.ID, "mig-profile").find_elements(By.CSS_SELECTOR, "option[value]:not([value=''])"))
+        profiles = busctl("/org/vgpud1/nvidia", "org.vgpud1.Nvidia", "ListMigProfiles", "s", h200)[0]
+        fit = sorted(p[2] for p in profiles if p[6] > 0 and p[8])
+        offered = sorted(o.get_attribute("value") for o in
+                         d.find_element(By.ID, "mig-profile").find_elements(By.TAG_NAME, "option"))
+        if offered != fit or len(fit) == len(profiles) or "3g.71gb" not in fit:
+            raise CheckFailed(f"the MIG dialog offers {offered}, ListMigProfiles says {fit} of "
+                              f"{[p[2] for p in profiles]} fit")
+        ok(f"MIG create dialog offers what fits ({len(fit)} of {len(profiles)} profiles)")
+        mig_profile = "1g.18gb" if "1g.18gb" in fit else fit[0]
+        Select(d.find_element(By.ID, "mig-profile")).select_by_value(mig_profile)
+        free = next(p[8] for p in profiles if p[2] == mig_profile)
+        placements = [o.get_attribute("value") for o in
+                      d.find_element(By.ID, "mig-placement").find_elements(By.TAG_NAME, "option")]
+        if placements != [""] + [str(start) for start, _ in free]:
+            raise CheckFailed(f"the MIG dialog offers placements {placements}, free are {free}")
+        # Not the last free placement: vgpud's own choice here (the one keeping most room), so a
+        # placement the page does not pass is seen.
+        mig_start = free[0][0]
+        if len(free) < 2:
+            raise CheckFailed(f"{mig_profile} has free placements {free}: too few to tell a placement")
+        Select(d.find_element(By.ID, "mig-placement")).select_by_value(str(mig_start))
+        shot(d, "mig-create-dialog")
+        before = instances_on_bus()
+        d.find_element(By.ID, "mig-submit").click()
+        wait(d, "the MIG dialog to close", lambda d: not d.find_element(By.ID, "mig-dialog").is_displayed())
+        made = {i: r for i, r in instances_on_bus().items() if i not in before}
+        if len(made) != 1 or list(made.values())[0][2] != mig_profile or list(made.values())[0][3] != mig_start:
+            raise CheckFailed(f"after the MIG dialog's create the bus has new GPU instances {made}")
+        gid = list(made)[0]
+        seg = wait(d, "the new GPU instance in the bar", lambda d: segment(d, gid))
+        if seg.text != mig_profile or d.execute_script("return window.__vgpud_marker") != 41:
+            raise CheckFailed(f"the bar shows {seg.text!r} for GPU instance {gid} (or the page reloaded)")
+        ok(f"MIG create through the dialog: {mig_profile} #{gid} at {mig_start} on the bus and in the bar, live")
+
+        # Destroy, confirmed in its dialog: gone on the bus and from the bar.
+        click(d, f'#gpus tr[data-gpu="{h200}"] .mig-list li[data-instance="{gid}"]', "act-mig-destroy")
+        wait(d, "the MIG destroy dialog", lambda d: d.find_element(By.ID, "mig-destroy-dialog").is_displayed())
+        if f"{mig_profile} #{gid}" not in d.find_element(By.ID, "mig-destroy-dialog").text:
+            raise CheckFailed("the MIG destroy dialog does not name the GPU instance")
+        d.find_element(By.ID, "mig-destroy-submit").click()
+        wait(d, "the destroyed GPU instance gone from the bus and the bar",
+             lambda d: gid not in instances_on_bus() and segment(d, gid) is None
+             and len(d.find_elements(By.CSS_SELECTOR, f'#gpus tr[data-gpu="{h200}"] .mig-list li')) == 1)
+        ok(f"MIG destroy through its dialog: #{gid} gone from the bus and the bar")
         d.execute_script("window.scrollTo(0, 0)")
         shot(d, "gpus")
         # The page is never reloaded from here on: a marker set now must survive.
@@ -385,6 +445,38 @@ def as_root():
             raise CheckFailed(f"after the apply the bus has the pool's devices {pool}")
         wait(d, "the pool's devices on the page", lambda d: all(row_of(d, u) for u in pool))
         ok("layout applied: its steps done, the pool's devices on the bus and on the page")
+
+        # A GPU instance that backs a vGPU: the page's Destroy shows vgpud's refusal (Busy,
+        # naming the device) as other errors are shown, and the instance stays. On the other
+        # H200: MIG on, its VFs, a MIG-backed vGPU that makes its instance.
+        h2 = next(g[0] for g in gpus if "H200" in g[1] and g[0] != h200)
+        for cmd in [["mig", "mode", h2, "on"], ["vfs", h2, "32"]]:
+            subprocess.run([args.vgpuctl, *cmd], env=env, check=True, capture_output=True)
+        before = set(devices_on_bus())
+        subprocess.run([args.vgpuctl, "create", "H200X-1-18C", "--parent", h2, "--owner", "mig-user"],
+                       env=env, check=True, capture_output=True)
+        mig_uuid = next(u for u in devices_on_bus() if u not in before)
+        used = [i for i in prop("gpu", h2, "org.vgpud1.Gpu", "GpuInstances") if i[5] and i[5] != "/"]
+        if len(used) != 1:
+            raise CheckFailed(f"the MIG-backed vGPU {mig_uuid} left GPU instances {used}")
+        used_id = used[0][0]
+        used_li = f'#gpus tr[data-gpu="{h2}"] .mig-list li[data-instance="{used_id}"]'
+        wait(d, "the used GPU instance listed", lambda d: d.find_elements(By.CSS_SELECTOR, used_li))
+        click(d, used_li, "act-mig-destroy")
+        wait(d, "the MIG destroy dialog", lambda d: d.find_element(By.ID, "mig-destroy-dialog").is_displayed())
+        d.find_element(By.ID, "mig-destroy-submit").click()
+        alert = wait(d, "the destroy's refusal", lambda d: d.find_elements(
+            By.CSS_SELECTOR, '#alerts .alert[data-error-name="org.vgpud1.Error.Busy"]'))[0]
+        if "DestroyGpuInstance" not in alert.text or "org.vgpud1.Error.Busy" not in alert.text \
+                or mig_uuid not in alert.text \
+                or used_id not in [i[0] for i in prop("gpu", h2, "org.vgpud1.Gpu", "GpuInstances")]:
+            raise CheckFailed(f"the refused destroy shows {alert.text!r} (or the instance is gone)")
+        d.execute_script("window.scrollTo(0, 0)")
+        shot(d, "mig-destroy-busy")
+        alert.find_element(By.CSS_SELECTOR, "button.close").click()
+        ok(f"MIG destroy of an instance a vGPU uses: vgpud's Busy naming {mig_uuid} shown")
+        subprocess.run([args.vgpuctl, "remove", mig_uuid], env=env, check=True, capture_output=True)
+        wait(d, "the vGPU's GPU instance gone with it", lambda d: not d.find_elements(By.CSS_SELECTOR, used_li))
         restart(d)
         console_errors(d, "root")
         ok("no console errors (root)")
@@ -422,6 +514,21 @@ def as_broker():
             raise CheckFailed(f"the scheduler's refusal lacks its name or what is lacking: {err.text!r}")
         shot(d, "broker-scheduler-denied")
         ok("a member of the group vgpud is refused the scheduler, told it needs administrative access")
+        d.find_element(By.CSS_SELECTOR, "#scheduler-dialog button[value=cancel]").click()
+        h200 = "0000:49:00.0"
+        click(d, f'#gpus tr[data-gpu="{h200}"]', "act-mig-create")
+        wait(d, "the MIG dialog's profiles (broker)", lambda d: d.find_element(By.ID, "mig-dialog").is_displayed()
+             and d.find_element(By.ID, "mig-profile").find_elements(By.CSS_SELECTOR, "option[value]:not([value=''])"))
+        before = prop("gpu", h200, "org.vgpud1.Gpu", "GpuInstances")
+        d.find_element(By.ID, "mig-submit").click()
+        err = wait(d, "the MIG create's refusal", lambda d: d.find_element(By.ID, "mig-error").is_displayed()
+                   and d.find_element(By.ID, "mig-error"))
+        if "org.freedesktop.DBus.Error.AccessDenied" not in err.text or "administrators only" not in err.text \
+                or "usermod" in err.text or prop("gpu", h200, "org.vgpud1.Gpu", "GpuInstances") != before:
+            raise CheckFailed(f"the MIG create's refusal lacks its name or what is lacking: {err.text!r}")
+        shot(d, "broker-mig-denied")
+        d.find_element(By.CSS_SELECTOR, "#mig-dialog button[value=cancel]").click()
+        ok("a member of the group vgpud is refused a GPU instance, told it is for administrators")
         console_errors(d, "broker")
         ok("no console errors (broker)")
     finally:
