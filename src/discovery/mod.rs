@@ -423,14 +423,15 @@ pub fn scan_devices(host: &Host) -> HostResult<Vec<MdevDevice>> {
     Ok(devices)
 }
 
-/// How long [`read_device_settled`] waits for a device the kernel is still making.
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long [`read_device_settled`] waits for a device the kernel is still making (the VM
+/// suite's emulated kernel once took more than 100 ms).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Reads one mdev as [`read_device`] does, for a uevent about it. The kernel announces a
 /// new mdev (`add`, then `bind` to its driver) before it links the mdev's `mdev_type`
 /// (mdev_core.c: `device_add`, `device_driver_attach`, then `mdev_create_sysfs_files`), so a
 /// reading right after the event may find the bus entry without its type. Such a device is
-/// read again every millisecond, for at most 100 ms, until it is whole.
+/// read again every millisecond, for at most 500 ms, until it is whole.
 pub fn read_device_settled(host: &Host, uuid: &str) -> HostResult<Option<MdevDevice>> {
     let deadline = std::time::Instant::now() + SETTLE;
     loop {

@@ -57,10 +57,15 @@ async fn made_behind_vgpuds_back(
     }
     let seen = on_bus_within(w, uuid, true).await;
     // vgpud logs what a uevent led to once it is applied, so the line may follow the
-    // object onto the bus by a moment.
+    // object onto the bus by a moment. The kernel sends the mdev's `add`, then its `bind`,
+    // both before it links the mdev's type: the one that finds the device whole names it.
     let names = |text: &str| {
-        text.lines()
-            .any(|l| l.contains("uevent") && l.contains("action=add") && l.contains(uuid))
+        text.lines().any(|l| {
+            l.contains("uevent")
+                && (l.contains("action=add") || l.contains("action=bind"))
+                && l.contains(uuid)
+                && l.contains("added")
+        })
     };
     let start = Instant::now();
     let mut text = log(w);
