@@ -175,7 +175,8 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
             match tokio::time::timeout(RETRY, rx.recv()).await {
                 Ok(m) => m,
                 Err(_) => {
-                    deferred = apply_batch(&engine, std::mem::take(&mut deferred), true).await;
+                    deferred = apply_batch(&engine, std::mem::take(&mut deferred)).await;
+                    engine_warm(&engine).await;
                     continue;
                 }
             }
@@ -211,10 +212,11 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
             Message::Event(ev) => Some(ev),
             Message::Overrun => None,
         }));
-        // Read the GPUs' types again only when no event waits: the next batch will.
-        let quiet = rx.is_empty();
-        deferred = apply_batch(&engine, events, quiet).await;
-        if !quiet && rx.is_empty() {
+        deferred = apply_batch(&engine, events).await;
+        // The GPUs whose types the events made vgpud forget are read again once no event
+        // waits, so that the read calls that follow answer from memory (a storm's events
+        // would otherwise read a GPU's types once per batch).
+        if rx.is_empty() {
             engine_warm(&engine).await;
         }
         if deferred.len() > MAX_DEFERRED {
@@ -254,11 +256,8 @@ const MAX_DEFERRED: usize = 4096;
 const RETRY: Duration = Duration::from_millis(20);
 
 /// Applies `events` in order; returns those deferred (from the first one deferred on: the
-/// order of a device's events is kept). With `warm`, the GPUs whose types the events made
-/// vgpud forget are read again at once, so that the read calls that follow answer from
-/// memory; without, while more events wait, the next batch does it (a storm's events would
-/// otherwise read a GPU's types once per event).
-async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>, warm: bool) -> Vec<Uevent> {
+/// order of a device's events is kept).
+async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
     if events.is_empty() {
         return events;
     }
@@ -275,9 +274,6 @@ async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>, warm: bool) -> V
             }
             rest.extend(events);
         });
-        if warm {
-            e.warm_types();
-        }
         rest
     })
     .await;
