@@ -404,3 +404,32 @@ fn a_plan_longer_than_one_answer_is_refused() {
     assert!(e.to_string().contains("5120 rows"), "{e}");
     assert!(super::plan::within_answer(super::plan::MAX_ROWS).is_ok());
 }
+
+#[test]
+fn only_the_gpus_structure_is_structural() {
+    let structural = [
+        Action::SetVfCount(4),
+        Action::SetMigMode(true),
+        Action::DestroyGpuInstance(1),
+        Action::CreateGpuInstance("1g.18gb".into()),
+    ];
+    let not = [
+        Action::SetHeterogeneousMode(true),
+        Action::SetScheduler(SchedulerSetting::default()),
+        Action::RemoveDevice("u".into()),
+        Action::CreateDevice {
+            type_query: "L40S-4Q".into(),
+            owner: "pool".into(),
+            params: None,
+        },
+    ];
+    for a in &structural {
+        assert!(
+            a.is_structural(),
+            "{a:?} is structural: later steps depend on it"
+        );
+    }
+    for a in &not {
+        assert!(!a.is_structural(), "{a:?} is not structural");
+    }
+}
