@@ -433,3 +433,55 @@ fn only_the_gpus_structure_is_structural() {
         assert!(!a.is_structural(), "{a:?} is not structural");
     }
 }
+
+#[test]
+fn a_refusal_names_at_most_eight_devices_and_counts_the_rest() {
+    let refusal = |n: usize| {
+        let mut g = l40s("0000:41:00.0");
+        g.devices = (0..n)
+            .map(|i| dev(&format!("u{i}"), "L40S-4Q", "vm", true, i as u64))
+            .collect();
+        let p = plan(
+            &layout("[[gpu]]\nmodel = \"NVIDIA L40S\"\nvfs = 8\n"),
+            &HostView { gpus: vec![g] },
+        );
+        p.steps[0]
+            .refused
+            .clone()
+            .expect("the VF change is refused")
+    };
+    let eight = (0..8)
+        .map(|i| format!("u{i} (owner vm)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    assert_eq!(
+        refusal(8),
+        format!("VFs change only without devices: {eight} on the GPU")
+    );
+    assert_eq!(
+        refusal(9),
+        format!("VFs change only without devices: {eight}, and 1 more on the GPU")
+    );
+}
+
+#[test]
+fn the_host_models_named_are_at_most_eight_and_the_rest_counted() {
+    let host = HostView {
+        gpus: (0..10)
+            .map(|i| {
+                let mut g = l40s(&format!("0000:{:02x}:00.0", 0x41 + i));
+                g.model = format!("Model {i}");
+                g
+            })
+            .collect(),
+    };
+    let p = plan(&layout("[[gpu]]\nmodel = \"H200\"\nvfs = 32\n"), &host);
+    let named = (0..8)
+        .map(|i| format!("\"Model {i}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    assert_eq!(
+        p.unmatched[0].reason,
+        format!("no GPU of the host is of this model (the host's models: {named}, and 2 more)")
+    );
+}
