@@ -462,6 +462,28 @@ fn a_refusal_names_at_most_eight_devices_and_counts_the_rest() {
         refusal(9),
         format!("VFs change only without devices: {eight}, and 1 more on the GPU")
     );
+    assert_eq!(
+        refusal(10),
+        format!("VFs change only without devices: {eight}, and 2 more on the GPU")
+    );
+}
+
+#[test]
+fn mig_asked_of_a_gpu_without_mig_is_refused_and_mig_off_is_nothing_to_do() {
+    let host = HostView {
+        gpus: vec![l40s("0000:41:00.0")],
+    };
+    let p = plan(
+        &layout("[[gpu]]\nmodel = \"NVIDIA L40S\"\nmig = true\n"),
+        &host,
+    );
+    assert_eq!(names(&p.steps), ["set-mig-mode on REFUSED"]);
+    assert_eq!(p.steps[0].refused.as_deref(), Some("the GPU has no MIG"));
+    let p = plan(
+        &layout("[[gpu]]\nmodel = \"NVIDIA L40S\"\nmig = false\n"),
+        &host,
+    );
+    assert!(p.steps.is_empty(), "{:?}", names(&p.steps));
 }
 
 #[test]
