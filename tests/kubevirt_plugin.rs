@@ -231,6 +231,19 @@ impl Kube {
             .collect()
     }
 
+    /// Whether vgpud lists the device `uuid`.
+    fn has(&self, uuid: &str) -> bool {
+        self.devices().iter().any(|d| d.0 == uuid)
+    }
+
+    /// The fake kubelet admits `pod` asking for `count` of `resource`: its answer, which must
+    /// be a success.
+    fn admit(&mut self, pod: &str, resource: &str, count: u32) -> Value {
+        let a = self.cmd(json!({"cmd": "admit", "pod": pod, "resource": resource, "count": count}));
+        assert_eq!(a["ok"], true, "admit {pod}: {a}\n{}", self.log());
+        a
+    }
+
     fn capacity(&self, ty: &str) -> u64 {
         self.busctl("GetCapacity", &["sa{sv}", ty, "0"])
             .expect("GetCapacity")["data"][0]
@@ -337,8 +350,7 @@ async fn registers_and_allocate_answers_what_virt_launcher_parses() {
     nodes.dedup();
     assert_eq!(nodes, [0, 1]);
 
-    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R4Q, "count": 2}));
-    assert_eq!(a["ok"], true, "{a}\n{}", k.log());
+    let a = k.admit("vm-a", R4Q, 2);
     let (value, uuids) = env_ids(&a, ENV_4Q);
     let uuids: Vec<&str> = uuids.iter().map(String::as_str).collect();
     assert_eq!(uuids.len(), 2, "{value}");
@@ -427,8 +439,7 @@ async fn external_changes_reach_list_and_watch_within_a_second() {
     eprintln!("capacity taken by another → ListAndWatch: {dt:?}");
 
     // A pool device a pod holds, removed behind the plugin's back: Unhealthy, not gone.
-    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-p", "resource": R2Q, "count": 1}));
-    assert_eq!(a["ok"], true, "{a}");
+    let a = k.admit("vm-p", R2Q, 1);
     k.busctl("RemoveDevice", &["sa{sv}", &uuid, "0"])
         .unwrap_or_else(|e| panic!("{e}"));
     let dt = k.wait_list(R2Q, Duration::from_secs(1), "unhealthy", |d| {
@@ -445,8 +456,7 @@ async fn external_changes_reach_list_and_watch_within_a_second() {
     // An on-demand device a pod holds, removed behind vgpud's back (the kernel's `remove`
     // written as an operator's shell would, through the simulated kernel, which sends the
     // uevent): Unhealthy within a second too.
-    let b = k.cmd(json!({"cmd": "admit", "pod": "vm-q", "resource": R4Q, "count": 1}));
-    assert_eq!(b["ok"], true, "{b}");
+    let b = k.admit("vm-q", R4Q, 1);
     let (_, held) = env_ids(&b, ENV_4Q);
     let id = b["chosen"][0].as_str().map(str::to_string);
     let out = Command::new(common::daemon::vgpud_bin())
@@ -538,18 +548,15 @@ async fn on_demand_devices_are_reclaimed_after_their_pod_leaves_and_never_before
     k.wait_list(R4Q, Duration::from_secs(20), "advertised", |d| {
         d.len() == 12
     });
-    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R4Q, "count": 1}));
-    assert_eq!(a["ok"], true, "{a}");
-    let b = k.cmd(json!({"cmd": "admit", "pod": "vm-b", "resource": R4Q, "count": 1}));
-    assert_eq!(b["ok"], true, "{b}");
+    let a = k.admit("vm-a", R4Q, 1);
+    let b = k.admit("vm-b", R4Q, 1);
     let ua = a["envs"][ENV_4Q].as_str().expect("uuid").to_string();
     let ub = b["envs"][ENV_4Q].as_str().expect("uuid").to_string();
-    let has = |k: &Kube, u: &str| k.devices().iter().any(|d| d.0 == u);
 
     // Held: kept well past the grace.
     std::thread::sleep(Duration::from_secs(grace * 2 + 1));
     assert!(
-        has(&k, &ua) && has(&k, &ub),
+        k.has(&ua) && k.has(&ub),
         "a held device is never reclaimed\n{}",
         k.log()
     );
@@ -559,13 +566,13 @@ async fn on_demand_devices_are_reclaimed_after_their_pod_leaves_and_never_before
     let left = Instant::now();
     while left.elapsed() < Duration::from_millis(grace * 1000 - 300) {
         assert!(
-            has(&k, &ua),
+            k.has(&ua),
             "reclaimed {:?} after its pod left, before the grace of {grace} s",
             left.elapsed()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    while has(&k, &ua) {
+    while k.has(&ua) {
         assert!(
             left.elapsed() < Duration::from_secs(grace + 4),
             "not reclaimed within the grace and two looks\n{}",
@@ -577,7 +584,7 @@ async fn on_demand_devices_are_reclaimed_after_their_pod_leaves_and_never_before
         "reclaimed {:?} after its pod left (grace {grace} s)",
         left.elapsed()
     );
-    assert!(has(&k, &ub), "vm-b still holds its device");
+    assert!(k.has(&ub), "vm-b still holds its device");
     assert!(k.log().contains("reclaimed"), "{}", k.log());
 }
 
@@ -591,24 +598,22 @@ async fn nothing_is_reclaimed_while_pod_resources_cannot_be_asked() {
     k.wait_list(R4Q, Duration::from_secs(20), "advertised", |d| {
         d.len() == 12
     });
-    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R4Q, "count": 1}));
-    assert_eq!(a["ok"], true, "{a}");
+    let a = k.admit("vm-a", R4Q, 1);
     let ua = a["envs"][ENV_4Q].as_str().expect("uuid").to_string();
-    let has = |k: &Kube, u: &str| k.devices().iter().any(|d| d.0 == u);
     // kubelet's PodResources goes away, and so does the pod: nobody can say the device is
     // free, so it stays however long that lasts.
     assert_eq!(k.cmd(json!({"cmd": "pods_down"}))["ok"], true);
     k.cmd(json!({"cmd": "delete_pod", "pod": "vm-a"}));
     std::thread::sleep(Duration::from_secs(grace * 4 + 1));
     assert!(
-        has(&k, &ua),
+        k.has(&ua),
         "reclaimed without PodResources' word\n{}",
         k.log()
     );
     // Back: the device goes after the grace.
     assert_eq!(k.cmd(json!({"cmd": "pods_up"}))["ok"], true);
     let t0 = Instant::now();
-    while has(&k, &ua) {
+    while k.has(&ua) {
         assert!(
             t0.elapsed() < Duration::from_secs(grace + 4),
             "not reclaimed once PodResources answers\n{}",
@@ -694,8 +699,7 @@ async fn sriov_vgpus_are_pci_resources_with_the_vf_addresses() {
     k.wait_list(R, Duration::from_secs(20), "advertised", |d| {
         d.len() as u64 == cap
     });
-    let a = k.cmd(json!({"cmd": "admit", "pod": "vm-a", "resource": R, "count": 2}));
-    assert_eq!(a["ok"], true, "{a}\n{}", k.log());
+    let a = k.admit("vm-a", R, 2);
     let (value, bdfs) = env_ids(&a, ENV);
     let bdfs: Vec<&str> = bdfs.iter().map(String::as_str).collect();
     assert_eq!(bdfs.len(), 2, "{value}");
