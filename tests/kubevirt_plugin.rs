@@ -439,7 +439,7 @@ async fn external_changes_reach_list_and_watch_within_a_second() {
     eprintln!("capacity taken by another → ListAndWatch: {dt:?}");
 
     // A pool device a pod holds, removed behind the plugin's back: Unhealthy, not gone.
-    let a = k.admit("vm-p", R2Q, 1);
+    k.admit("vm-p", R2Q, 1);
     k.busctl("RemoveDevice", &["sa{sv}", &uuid, "0"])
         .unwrap_or_else(|e| panic!("{e}"));
     let dt = k.wait_list(R2Q, Duration::from_secs(1), "unhealthy", |d| {
