@@ -507,3 +507,21 @@ fn the_host_models_named_are_at_most_eight_and_the_rest_counted() {
         format!("no GPU of the host is of this model (the host's models: {named}, and 2 more)")
     );
 }
+
+#[test]
+fn a_pending_mig_mode_other_than_the_layouts_is_set_back() {
+    // MIG on now, but off at the next reset (someone asked): the layout's `mig = true` sets it
+    // on again, and a layout that agrees with both has nothing to do.
+    let mut g = h200();
+    g.mig = Some((true, false));
+    let l = layout("[[gpu]]\nmodel = \"NVIDIA H200\"\nmig = true\n");
+    let p = plan(
+        &l,
+        &HostView {
+            gpus: vec![g.clone()],
+        },
+    );
+    assert_eq!(names(&p.steps), ["set-mig-mode on"]);
+    g.mig = Some((true, true));
+    assert!(plan(&l, &HostView { gpus: vec![g] }).steps.is_empty());
+}
