@@ -262,3 +262,133 @@ async fn a_type_with_no_room_empties_a_gpu_of_spares_never_one_with_a_desktop() 
     assert!(e.contains("no GPU can take a RTX6000-1Q"), "{e}");
     assert_eq!(c.list_devices().await.expect("ListDevices").len(), before);
 }
+
+/// The simulated kernel's `nvidia/vgpu_params` of a device.
+fn vgpu_params(s: &Setup, uuid: &str) -> String {
+    std::fs::read_to_string(
+        s.host
+            .path(&format!("sys/bus/mdev/devices/{uuid}/nvidia/vgpu_params")),
+    )
+    .unwrap_or_else(|e| panic!("vgpu_params of {uuid}: {e}"))
+}
+
+#[tokio::test]
+async fn a_released_device_is_reset_and_kept_by_a_short_pool_never_one_a_running_vm_holds() {
+    // libvirt's test driver: its domain `test` runs, no other domain exists.
+    let mut s = Setup::with_args(&["nvidia-turing"], &["--libvirt-uri", "test:///default"]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    std::fs::write(
+        dir.join("keep.toml"),
+        format!(
+            "[[gpu]]\naddress = \"{}\"\ndevices = [{{ type = \"{TYPE}\", spares = 2, owner = \"{POOL}\", keep_released = true }}]\n",
+            gpus[0]
+        ),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("keep", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    // The GPU holds 12 2Q: 2 spares and 10 desktops fill it, so nothing more can be made
+    // there and whatever the pool hands out later is a spare it kept.
+    let desktop = |owner: &str, params: Option<&str>| {
+        let mut o = vec![("parent", gpus[0].as_str()), ("owner", owner)];
+        if let Some(p) = params {
+            o.push(("params", p));
+        }
+        s.busctl_create(TYPE, &o).expect("a desktop")
+    };
+    let running = desktop("test", Some("frame_rate_limiter=0"));
+    let released = desktop("vm-a", Some("frame_rate_limiter=0, disable_vnc=1"));
+    let extra = desktop("vm-b", None);
+    for i in 0..7 {
+        desktop(&format!("vm-fill-{i}"), None);
+    }
+    assert!(vgpu_params(&s, &released).contains("disable_vnc=1"));
+    // A spare handed out: the pool is one short, and its refill finds no room.
+    let first = s
+        .busctl_create(TYPE, &[("pool", POOL), ("owner", "vm-x")])
+        .expect("a spare");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s.daemon.log_text().contains("pool refill step") {
+        assert!(Instant::now() < deadline, "no refill was tried");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = owned_by(&c, POOL).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+
+    // The device of the running domain is never taken: it is removed as always.
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &running, "0"])
+        .expect("RemoveDevice of the running domain's device");
+    assert_eq!(
+        owned_by(&c, POOL).await,
+        left,
+        "a running VM's device was taken"
+    );
+    assert!(
+        c.device(&running).await.is_err(),
+        "the running VM's device was kept somewhere"
+    );
+
+    // vm-a's device goes back to the pool: reset (its parameters cleared) and kept.
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &released, "0"])
+        .expect("RemoveDevice");
+    let kept = c
+        .device(&released)
+        .await
+        .expect("the released device is kept");
+    assert_eq!(kept.owner, POOL);
+    assert_eq!(
+        vgpu_params(&s, &released).trim(),
+        "",
+        "its vGPU parameters are cleared"
+    );
+    let mut pool = owned_by(&c, POOL).await;
+    pool.sort();
+    let mut want = vec![left[0].clone(), released.clone()];
+    want.sort();
+    assert_eq!(pool, want);
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("released device reset and kept as a spare"),
+        "{log}"
+    );
+
+    // The pool is whole: the next release is removed.
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &extra, "0"])
+        .expect("RemoveDevice");
+    assert!(c.device(&extra).await.is_err(), "a full pool kept {extra}");
+    assert_eq!(owned_by(&c, POOL).await.len(), 2);
+
+    // Kept across a restart like any spare (its record and definition say so).
+    s.restart().await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    assert_eq!(c.device(&released).await.expect("kept").owner, POOL);
+
+    // Both spares are handed out warm; the GPU has no room for a cold one.
+    let mut got = Vec::new();
+    for owner in ["vm-y", "vm-z"] {
+        got.push(
+            s.busctl_create(TYPE, &[("pool", POOL), ("owner", owner)])
+                .expect("a spare"),
+        );
+    }
+    got.sort();
+    assert_eq!(got, want, "the kept device is handed out");
+    assert_ne!(first, released);
+    let rows = c
+        .demand(TYPE, &Options::new().u64("from", 0).u64("step", 604_800))
+        .await
+        .expect("GetDemand");
+    let (warm, released_n) = rows
+        .iter()
+        .fold((0, 0), |(w, r), row| (w + row.2, r + row.5));
+    assert_eq!(warm, 3, "three hand-outs, all warm: {rows:?}");
+    assert_eq!(released_n, 3, "every release counts, kept or not: {rows:?}");
+}

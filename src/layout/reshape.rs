@@ -20,7 +20,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::engine::{CreateRequest, Engine, Reshaper};
+use crate::engine::{CreateRequest, DeviceInfo, Engine, Reshaper};
+use crate::libvirt::{holders, LibvirtError, LibvirtOps};
+
+use super::plan::DeviceView;
 
 use super::apply::LayoutLock;
 
@@ -66,13 +69,40 @@ pub fn plan(gpus: &[ShapeGpu], pools: &BTreeSet<String>, type_ids: &[String]) ->
         })
 }
 
-/// The pools' reshaper: the active layout says which devices are spares.
-pub struct PoolReshaper;
+/// The pools' side of the engine: the active layout says which devices are spares, and
+/// which pool takes a released device back; libvirt says whether a running guest holds it.
+pub struct PoolReshaper {
+    libvirt: Option<Arc<dyn LibvirtOps>>,
+}
 
 impl PoolReshaper {
-    /// Sets it as `engine`'s.
-    pub fn install(engine: &Engine) {
-        engine.set_reshaper(Arc::new(PoolReshaper));
+    /// Sets it as `engine`'s. Without `libvirt` no released device is kept: whether a
+    /// running guest holds it cannot be told.
+    pub fn install(engine: &Engine, libvirt: Option<Arc<dyn LibvirtOps>>) {
+        engine.set_reshaper(Arc::new(PoolReshaper { libvirt }));
+    }
+
+    /// Why `device` is held by a running guest, or cannot be told not to be: its owner's
+    /// domain is active, or an active domain holds it in its definition, or libvirt did
+    /// not answer. `None`: no running guest holds it.
+    fn held_by_running_guest(&self, device: &DeviceInfo) -> Option<String> {
+        let Some(ops) = self.libvirt.as_deref() else {
+            return Some("no libvirt connection to ask".into());
+        };
+        if !device.owner.is_empty() {
+            match ops.domain_state(&device.owner) {
+                Ok(s) if s.active => return Some(format!("domain {:?} runs", device.owner)),
+                Ok(_) | Err(LibvirtError::NoDomain { .. }) => {}
+                Err(e) => return Some(format!("libvirt did not answer: {e}")),
+            }
+        }
+        match holders(ops, device) {
+            Ok(domains) => domains
+                .into_iter()
+                .find(|d| ops.domain_state(d).is_ok_and(|s| s.active))
+                .map(|d| format!("running domain {d:?} holds it")),
+            Err(e) => Some(format!("libvirt did not answer: {e}")),
+        }
     }
 }
 
@@ -139,6 +169,35 @@ impl Reshaper for PoolReshaper {
         );
         crate::metrics::counters().pool("reshape");
         Some(Box::new(held))
+    }
+
+    fn pool_for_released(&self, engine: &Engine, device: &DeviceInfo) -> Option<String> {
+        let name = super::pools::active(engine.host())?;
+        let layout = super::file::load(engine.host().root(), &name).ok()?;
+        if !layout
+            .gpus
+            .iter()
+            .any(|g| g.devices.iter().any(|d| d.keep_released))
+        {
+            return None;
+        }
+        let view = super::apply::host_view(engine);
+        let layout = super::pools::sized(engine, &layout, &view, crate::persist::now_unix());
+        let released = DeviceView {
+            uuid: device.uuid.clone(),
+            type_id: device.type_id.clone(),
+            type_name: device.type_name.clone(),
+            owner: device.owner.clone(),
+            active: device.active,
+            created: device.created,
+        };
+        let gpu = engine.gpu_of_parent(&device.parent);
+        let pool = super::pools::pool_for_released(&layout, &view, &gpu, &released)?;
+        if let Some(why) = self.held_by_running_guest(device) {
+            tracing::info!(uuid = %device.uuid, %pool, "a released device is not kept for its pool ({why}): it is removed");
+            return None;
+        }
+        Some(pool)
     }
 }
 
