@@ -181,6 +181,7 @@ pub fn refill(engine: &Engine, why: &str) {
                 crate::metrics::counters().pool("refill");
                 tracing::info!(layout = %name, steps = done, why, "pools refilled");
             }
+            super::reshape::toward_forecast(engine, &name, &outcomes);
         }
         Err(e) => tracing::warn!(layout = %name, "the active layout cannot be used: {e}"),
     }
