@@ -392,3 +392,77 @@ async fn a_released_device_is_reset_and_kept_by_a_short_pool_never_one_a_running
     assert_eq!(warm, 3, "three hand-outs, all warm: {rows:?}");
     assert_eq!(released_n, 3, "every release counts, kept or not: {rows:?}");
 }
+
+#[tokio::test]
+async fn the_forecast_re_shapes_a_gpu_of_spares_and_not_again_within_the_hour() {
+    let (s, c) = host().await;
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    // The first GPU: spares of 4Q, then a forecast pool of 2Q (no history yet: its min,
+    // 1) that finds no room beside them (equal-size mode). The second: a pool to hand
+    // out from, whose refills apply the whole layout.
+    std::fs::write(
+        s.host.path("etc/vgpud/layouts/shift.toml"),
+        format!(
+            r#"
+[[gpu]]
+address = "{}"
+devices = [
+  {{ type = "RTX6000-4Q", owner = "pool-4q", forecast = true, min = 2, max = 2 }},
+  {{ type = "{TYPE}", owner = "pool-2q", forecast = true, min = 1, max = 1 }},
+]
+[[gpu]]
+address = "{}"
+devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
+"#,
+            gpus[0], gpus[1]
+        ),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("shift", false).await.expect("ApplyLayout");
+    assert!(
+        steps
+            .iter()
+            .any(|st| st.status == "refused" && st.subject.contains("pool-2q")),
+        "{steps:?}"
+    );
+    assert_eq!(owned_by(&c, "pool-4q").await.len(), 2);
+    let log_count = |s: &Setup, what: &str| s.daemon.log_text().matches(what).count();
+    let wait_for = |what: &'static str, n: usize| {
+        let s = &s;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while log_count(s, what) < n {
+                assert!(
+                    Instant::now() < deadline,
+                    "no {what:?} (#{n}): {}",
+                    s.daemon.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+
+    // A hand-out wakes the refill: the forecast pool finds no room, so the GPU of 4Q
+    // spares is re-shaped toward it.
+    s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-a")])
+        .expect("a spare");
+    wait_for("re-shaped a GPU of spares", 1).await;
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("reason=\"forecast\"") || log.contains("reason=forecast"),
+        "{log}"
+    );
+    assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());
+    let two = owned_by(&c, "pool-2q").await;
+    assert_eq!(two.len(), 1, "the forecast pool's spare is made at once");
+
+    // The next refill finds the 4Q pool short, with no room: within the hour the GPU is
+    // not re-shaped back.
+    s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-b")])
+        .expect("a spare");
+    wait_for("the GPU was re-shaped less than an hour ago", 1).await;
+    assert_eq!(log_count(&s, "re-shaped a GPU of spares"), 1);
+    assert_eq!(owned_by(&c, "pool-2q").await, two);
+    assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());
+}
