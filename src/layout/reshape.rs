@@ -16,6 +16,14 @@
 //! - The GPU's layout lock is held from the plan until the create tried again, so the refill
 //!   does not fill the GPU again in between; layouts' own creates never re-shape.
 //! - The pool makes its spares again where they fit, at the next refill.
+//!
+//! The forecast asks too ([`toward_forecast`]): after a refill, a GPU where a forecast entry's
+//! create was refused is re-shaped the same way and the entry's spares made there at once,
+//! but only if the GPU was not re-shaped in the last hour ([`may_reshape`], the hysteresis);
+//! a refused `CreateDevice` always may, and stamps the GPU too.
+//!
+//! [`PoolReshaper`] also says which pool takes a released device back (`keep_released`),
+//! asking libvirt that no running guest holds it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
