@@ -734,16 +734,9 @@ impl Engine {
     /// released all the same.
     pub fn remove_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
         let uuid = super::request::parse_uuid(uuid)?;
-        if let Some(pool) = self
-            .known(&uuid)
-            .ok()
-            .filter(|info| self.resettable(info))
-            .and_then(|info| self.pool_for_released(&info))
-        {
-            if let Some(kept) = self.return_to_pool(&uuid, &pool)? {
-                self.demand.note(&kept.type_id, Note::Released);
-                return Ok(kept);
-            }
+        if let Some(kept) = self.return_to_pool(&uuid)? {
+            self.demand.note(&kept.type_id, Note::Released);
+            return Ok(kept);
         }
         self.remove_counted(&uuid, None)
     }

@@ -115,22 +115,26 @@ impl Engine {
             && !self.is_mig_backed(info)
     }
 
-    /// Resets a released device and gives it to `pool` as a spare: its vGPU parameters
-    /// cleared (a single space written to `nvidia/vgpu_params`, NVIDIA's way to clear them;
-    /// they apply at the next VM start), its owner the pool's tag, persistent and autostart
-    /// like the layout's own spares, its lease dropped; the definition and record in one
-    /// commit, one `PropertiesChanged` in the caller's batch. `None` when it cannot be
-    /// reset (it is then removed by the caller).
-    pub(super) fn return_to_pool(
-        &self,
-        uuid: &str,
-        pool: &str,
-    ) -> EngineResult<Option<DeviceInfo>> {
+    /// Gives a released device to the pool that wants it, if one does, as a spare reset for
+    /// its next tenant: its vGPU parameters cleared (a single space written to
+    /// `nvidia/vgpu_params`, NVIDIA's way to clear them; they apply at the next VM start),
+    /// its owner the pool's tag, persistent and autostart like the layout's own spares, its
+    /// lease dropped; the definition and record in one commit, one `PropertiesChanged` in
+    /// the caller's batch. The pool (and libvirt, through it) is asked under the device's
+    /// claim, so no other call changes the device meanwhile. `None` when no pool takes it
+    /// or it cannot be reset: the caller removes it.
+    pub(super) fn return_to_pool(&self, uuid: &str) -> EngineResult<Option<DeviceInfo>> {
         let claim = self.claim(uuid, false)?;
-        let info = self.known(uuid)?;
-        if !self.resettable(&info) || info.owner == pool {
+        let Ok(info) = self.known(uuid) else {
+            return Ok(None);
+        };
+        if !self.resettable(&info) {
             return Ok(None);
         }
+        let Some(pool) = self.pool_for_released(&info).filter(|p| *p != info.owner) else {
+            return Ok(None);
+        };
+        let pool = pool.as_str();
         let dir = discovery::mdev_device_dir(&self.host, uuid);
         if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), " ") {
             tracing::warn!(%uuid, %pool, error = %e, "could not clear the vGPU parameters of a released device: it is removed instead");
