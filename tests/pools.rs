@@ -2,7 +2,9 @@
 //! spares made, hands one out at once to a create that names the pool (busctl and the client
 //! library), never the same one twice in a storm, fills the pool again in the background, and
 //! goes on filling it from the same layout after a restart. The demand record counts the
-//! hand-outs as served warm.
+//! hand-outs as served warm. A GPU of spares is re-shaped for a refused create and for a
+//! forecast pool with no room (not back within the hour), and a `keep_released` pool takes
+//! back a released device, reset, never one a running libvirt domain holds.
 
 mod common;
 
