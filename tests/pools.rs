@@ -2,7 +2,9 @@
 //! spares made, hands one out at once to a create that names the pool (busctl and the client
 //! library), never the same one twice in a storm, fills the pool again in the background, and
 //! goes on filling it from the same layout after a restart. The demand record counts the
-//! hand-outs as served warm.
+//! hand-outs as served warm. A GPU of spares is re-shaped for a refused create and for a
+//! forecast pool with no room (not back within the hour), and a `keep_released` pool takes
+//! back a released device, reset, never one a running libvirt domain holds.
 
 mod common;
 
@@ -261,4 +263,208 @@ async fn a_type_with_no_room_empties_a_gpu_of_spares_never_one_with_a_desktop() 
         .expect_err("no room for 1Q");
     assert!(e.contains("no GPU can take a RTX6000-1Q"), "{e}");
     assert_eq!(c.list_devices().await.expect("ListDevices").len(), before);
+}
+
+/// The simulated kernel's `nvidia/vgpu_params` of a device.
+fn vgpu_params(s: &Setup, uuid: &str) -> String {
+    std::fs::read_to_string(
+        s.host
+            .path(&format!("sys/bus/mdev/devices/{uuid}/nvidia/vgpu_params")),
+    )
+    .unwrap_or_else(|e| panic!("vgpu_params of {uuid}: {e}"))
+}
+
+#[tokio::test]
+async fn a_released_device_is_reset_and_kept_by_a_short_pool_never_one_a_running_vm_holds() {
+    // libvirt's test driver: its domain `test` runs, no other domain exists.
+    let mut s = Setup::with_args(&["nvidia-turing"], &["--libvirt-uri", "test:///default"]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    std::fs::write(
+        dir.join("keep.toml"),
+        format!(
+            "[[gpu]]\naddress = \"{}\"\ndevices = [{{ type = \"{TYPE}\", spares = 2, owner = \"{POOL}\", keep_released = true }}]\n",
+            gpus[0]
+        ),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("keep", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    // The GPU holds 12 2Q: 2 spares and 10 desktops fill it, so nothing more can be made
+    // there and whatever the pool hands out later is a spare it kept.
+    let desktop = |owner: &str, params: Option<&str>| {
+        let mut o = vec![("parent", gpus[0].as_str()), ("owner", owner)];
+        if let Some(p) = params {
+            o.push(("params", p));
+        }
+        s.busctl_create(TYPE, &o).expect("a desktop")
+    };
+    let running = desktop("test", Some("frame_rate_limiter=0"));
+    let released = desktop("vm-a", Some("frame_rate_limiter=0, disable_vnc=1"));
+    let extra = desktop("vm-b", None);
+    for i in 0..7 {
+        desktop(&format!("vm-fill-{i}"), None);
+    }
+    assert!(vgpu_params(&s, &released).contains("disable_vnc=1"));
+    // A spare handed out: the pool is one short, and its refill finds no room.
+    let first = s
+        .busctl_create(TYPE, &[("pool", POOL), ("owner", "vm-x")])
+        .expect("a spare");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s.daemon.log_text().contains("pool refill step") {
+        assert!(Instant::now() < deadline, "no refill was tried");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = owned_by(&c, POOL).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+
+    // The device of the running domain is never taken: it is removed as always.
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &running, "0"])
+        .expect("RemoveDevice of the running domain's device");
+    assert_eq!(
+        owned_by(&c, POOL).await,
+        left,
+        "a running VM's device was taken"
+    );
+    assert!(
+        c.device(&running).await.is_err(),
+        "the running VM's device was kept somewhere"
+    );
+
+    // vm-a's device goes back to the pool: reset (its parameters cleared) and kept.
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &released, "0"])
+        .expect("RemoveDevice");
+    let kept = c
+        .device(&released)
+        .await
+        .expect("the released device is kept");
+    assert_eq!(kept.owner, POOL);
+    assert_eq!(
+        vgpu_params(&s, &released).trim(),
+        "",
+        "its vGPU parameters are cleared"
+    );
+    let mut pool = owned_by(&c, POOL).await;
+    pool.sort();
+    let mut want = vec![left[0].clone(), released.clone()];
+    want.sort();
+    assert_eq!(pool, want);
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("released device reset and kept as a spare"),
+        "{log}"
+    );
+
+    // The pool is whole: the next release is removed.
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &extra, "0"])
+        .expect("RemoveDevice");
+    assert!(c.device(&extra).await.is_err(), "a full pool kept {extra}");
+    assert_eq!(owned_by(&c, POOL).await.len(), 2);
+
+    // Kept across a restart like any spare (its record and definition say so).
+    s.restart().await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    assert_eq!(c.device(&released).await.expect("kept").owner, POOL);
+
+    // Both spares are handed out warm; the GPU has no room for a cold one.
+    let mut got = Vec::new();
+    for owner in ["vm-y", "vm-z"] {
+        got.push(
+            s.busctl_create(TYPE, &[("pool", POOL), ("owner", owner)])
+                .expect("a spare"),
+        );
+    }
+    got.sort();
+    assert_eq!(got, want, "the kept device is handed out");
+    assert_ne!(first, released);
+    let rows = c
+        .demand(TYPE, &Options::new().u64("from", 0).u64("step", 604_800))
+        .await
+        .expect("GetDemand");
+    let (warm, released_n) = rows
+        .iter()
+        .fold((0, 0), |(w, r), row| (w + row.2, r + row.5));
+    assert_eq!(warm, 3, "three hand-outs, all warm: {rows:?}");
+    assert_eq!(released_n, 3, "every release counts, kept or not: {rows:?}");
+}
+
+#[tokio::test]
+async fn the_forecast_re_shapes_a_gpu_of_spares_and_not_again_within_the_hour() {
+    let (s, c) = host().await;
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    // The first GPU: spares of 4Q, then a forecast pool of 2Q (no history yet: its min,
+    // 1) that finds no room beside them (equal-size mode). The second: a pool to hand
+    // out from, whose refills apply the whole layout.
+    std::fs::write(
+        s.host.path("etc/vgpud/layouts/shift.toml"),
+        format!(
+            r#"
+[[gpu]]
+address = "{}"
+devices = [
+  {{ type = "RTX6000-4Q", owner = "pool-4q", forecast = true, min = 2, max = 2 }},
+  {{ type = "{TYPE}", owner = "pool-2q", forecast = true, min = 1, max = 1 }},
+]
+[[gpu]]
+address = "{}"
+devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
+"#,
+            gpus[0], gpus[1]
+        ),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("shift", false).await.expect("ApplyLayout");
+    assert!(
+        steps
+            .iter()
+            .any(|st| st.status == "refused" && st.subject.contains("pool-2q")),
+        "{steps:?}"
+    );
+    assert_eq!(owned_by(&c, "pool-4q").await.len(), 2);
+    let log_count = |s: &Setup, what: &str| s.daemon.log_text().matches(what).count();
+    let wait_for = |what: &'static str, n: usize| {
+        let s = &s;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while log_count(s, what) < n {
+                assert!(
+                    Instant::now() < deadline,
+                    "no {what:?} (#{n}): {}",
+                    s.daemon.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+
+    // A hand-out wakes the refill: the forecast pool finds no room, so the GPU of 4Q
+    // spares is re-shaped toward it.
+    s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-a")])
+        .expect("a spare");
+    wait_for("re-shaped a GPU of spares", 1).await;
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("reason=\"forecast\"") || log.contains("reason=forecast"),
+        "{log}"
+    );
+    assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());
+    let two = owned_by(&c, "pool-2q").await;
+    assert_eq!(two.len(), 1, "the forecast pool's spare is made at once");
+
+    // The next refill finds the 4Q pool short, with no room: within the hour the GPU is
+    // not re-shaped back.
+    s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-b")])
+        .expect("a spare");
+    wait_for("the GPU was re-shaped less than an hour ago", 1).await;
+    assert_eq!(log_count(&s, "re-shaped a GPU of spares"), 1);
+    assert_eq!(owned_by(&c, "pool-2q").await, two);
+    assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());
 }

@@ -264,7 +264,8 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
 
     // Spares handed out are made again in the background ([`crate::layout::pools`]), and a
     // create with no room may empty a GPU of spares ([`crate::layout::reshape`]).
-    crate::layout::reshape::PoolReshaper::install(&engine);
+    let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
+    crate::layout::reshape::PoolReshaper::install(&engine, Some(libvirt.clone()));
     if let Err(e) = crate::layout::pools::spawn_refill(engine.clone()) {
         tracing::error!(error = %e, "could not start the pool refill thread: pools are not refilled");
     }
@@ -278,7 +279,6 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         .build()
         .await
         .map_err(bus_err("connecting to the bus"))?;
-    let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
     dbus::serve(&conn, engine.clone(), libvirt.clone())
         .await
         .map_err(bus_err("exporting objects"))?;

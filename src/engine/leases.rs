@@ -155,7 +155,7 @@ impl super::Engine {
         match self.leases.set(&info.uuid, seconds) {
             Ok(()) => Ok(info),
             Err(e) => {
-                if let Err(undo) = self.remove_device(&info.uuid) {
+                if let Err(undo) = self.remove_unkept(&info.uuid) {
                     tracing::error!(uuid = %info.uuid, error = %undo, "could not remove a device whose lease could not be written");
                 }
                 Err(super::EngineError::persist(

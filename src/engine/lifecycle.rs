@@ -728,8 +728,22 @@ impl Engine {
 
     /// Removes a device by UUID: stops it if active and deletes its definition and record.
     /// The device counts as released in the demand record (a spare removed with
-    /// [`Engine::remove_spare`] does not: it was never handed out).
+    /// [`Engine::remove_spare`] does not: it was never handed out). A device that a pool of
+    /// the active layout takes back (`keep_released`, see [`super::Reshaper`]) is reset and
+    /// kept as that pool's spare instead ([`Engine::return_to_pool`]), and counted as
+    /// released all the same.
     pub fn remove_device(&self, uuid: &str) -> EngineResult<DeviceInfo> {
+        let uuid = super::request::parse_uuid(uuid)?;
+        if let Some(kept) = self.return_to_pool(&uuid)? {
+            self.demand.note(&kept.type_id, Note::Released);
+            return Ok(kept);
+        }
+        self.remove_counted(&uuid, None)
+    }
+
+    /// Removes a device by UUID as [`Engine::remove_device`] does, never keeping it for a
+    /// pool (the undo of a create).
+    pub(super) fn remove_unkept(&self, uuid: &str) -> EngineResult<DeviceInfo> {
         self.remove_counted(uuid, None)
     }
 
@@ -1196,7 +1210,7 @@ impl Engine {
 }
 
 /// vgpud's record of a device as `info` describes it.
-fn record_of(info: &DeviceInfo, params: Option<String>) -> state::DeviceRecord {
+pub(super) fn record_of(info: &DeviceInfo, params: Option<String>) -> state::DeviceRecord {
     state::DeviceRecord {
         version: state::VERSION,
         uuid: info.uuid.clone(),
@@ -1220,7 +1234,7 @@ pub(super) fn attr_map(attrs: &[(String, String)]) -> BTreeMap<String, String> {
 
 impl Engine {
     /// Whether a device is an SR-IOV vGPU of a MIG-backed type (NVML's view of its GPU).
-    fn is_mig_backed(&self, info: &DeviceInfo) -> bool {
+    pub(super) fn is_mig_backed(&self, info: &DeviceInfo) -> bool {
         info.kind == DeviceKind::SriovVgpu
             && crate::discovery::sriov::nvidia_type_number(&info.type_id)
                 .is_some_and(|n| self.mig_profile_of_type(&info.parent, n).is_some())

@@ -9,9 +9,12 @@
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
+use super::lifecycle::VGPU_PARAMS;
 use super::request::CreateRequest;
-use super::{lock, DeviceInfo, Engine, EngineResult};
+use super::{lock, DeviceInfo, Engine, EngineError, EngineResult};
+use crate::discovery;
 use crate::model::MdevType;
+use crate::persist::{self, mdevctl, state};
 
 /// Hand-outs since the refill last looked, and the signal that one happened.
 #[derive(Debug, Default)]
@@ -51,6 +54,13 @@ pub trait Reshaper: Send + Sync {
         req: &CreateRequest,
         gpus: &[String],
     ) -> Option<Box<dyn std::any::Any>>;
+
+    /// The pool that takes `device` back when it is released (`RemoveDevice`, or
+    /// `StopDevice` of a transient one) instead of its removal: a pool that wants it, and
+    /// only when no running guest holds it. `None`: it is removed as always.
+    fn pool_for_released(&self, _engine: &Engine, _device: &DeviceInfo) -> Option<String> {
+        None
+    }
 }
 
 /// The engine's reshaper, set once by the daemon.
@@ -86,6 +96,80 @@ impl Engine {
             .collect();
         gpus.dedup();
         reshaper.make_room(self, req, &gpus)
+    }
+
+    /// The pool a released device goes back to, if the reshaper names one.
+    pub(super) fn pool_for_released(&self, device: &DeviceInfo) -> Option<String> {
+        self.reshaper.0.get()?.pool_for_released(self, device)
+    }
+
+    /// Whether a released device can be reset for its next tenant and kept: an NVIDIA vGPU
+    /// mdev (it has `nvidia/vgpu_params`) that exists, not backed by a MIG instance. No reset
+    /// is known to be safe for the others (GVT-g, SR-IOV VFs, MIG-backed, passthrough).
+    pub(super) fn resettable(&self, info: &DeviceInfo) -> bool {
+        info.kind == super::DeviceKind::Mdev
+            && info.active
+            && discovery::mdev_device_dir(&self.host, &info.uuid)
+                .join(VGPU_PARAMS)
+                .is_file()
+            && !self.is_mig_backed(info)
+    }
+
+    /// Gives a released device to the pool that wants it, if one does, as a spare reset for
+    /// its next tenant: its vGPU parameters cleared (a single space written to
+    /// `nvidia/vgpu_params`, NVIDIA's way to clear them; they apply at the next VM start),
+    /// its owner the pool's tag, persistent and autostart like the layout's own spares, its
+    /// lease dropped; the definition and record in one commit, one `PropertiesChanged` in
+    /// the caller's batch. The pool (and libvirt, through it) is asked under the device's
+    /// claim, so no other call changes the device meanwhile. `None` when no pool takes it
+    /// or it cannot be reset: the caller removes it.
+    pub(super) fn return_to_pool(&self, uuid: &str) -> EngineResult<Option<DeviceInfo>> {
+        let claim = self.claim(uuid, false)?;
+        let Ok(info) = self.known(uuid) else {
+            return Ok(None);
+        };
+        if !self.resettable(&info) {
+            return Ok(None);
+        }
+        let Some(pool) = self.pool_for_released(&info).filter(|p| *p != info.owner) else {
+            return Ok(None);
+        };
+        let pool = pool.as_str();
+        let dir = discovery::mdev_device_dir(&self.host, uuid);
+        if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), " ") {
+            tracing::warn!(%uuid, %pool, error = %e, "could not clear the vGPU parameters of a released device: it is removed instead");
+            return Ok(None);
+        }
+        let attributes = match discovery::read_device(&self.host, uuid) {
+            Ok(Some(dev)) => dev.attributes,
+            _ => info.attributes.clone(),
+        };
+        let released_by = info.owner.clone();
+        let kept = DeviceInfo {
+            owner: pool.to_string(),
+            attributes,
+            persistent: true,
+            autostart: true,
+            ..info
+        };
+        let definition = mdevctl::Definition {
+            parent: kept.parent.clone(),
+            uuid: kept.uuid.clone(),
+            mdev_type: kept.type_id.clone(),
+            autostart: true,
+            attrs: Vec::new(),
+        };
+        let files = [
+            mdevctl::file(&self.host, &definition),
+            state::file(&self.host, &super::lifecycle::record_of(&kept, None)),
+        ];
+        persist::commit(&self.host, &files, &[])
+            .map_err(|e| EngineError::persist(format!("keeping {uuid} as a spare of {pool}"), e))?;
+        self.forget_lease(uuid);
+        claim.finish(Some(kept.clone()));
+        crate::metrics::counters().pool("return");
+        tracing::info!(%uuid, %pool, %released_by, "released device reset and kept as a spare");
+        Ok(Some(kept))
     }
 
     /// The hand-outs, for the refill thread.

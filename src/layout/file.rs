@@ -145,6 +145,10 @@ pub struct DeviceEntry {
     pub min: Option<u32>,
     /// With `forecast`: the most spares kept on the GPU (required).
     pub max: Option<u32>,
+    /// A device of the pool's type released on the GPU (`RemoveDevice`) while the pool is
+    /// short is reset and kept as a spare instead of removed ([`super::pools`]).
+    #[serde(default)]
+    pub keep_released: bool,
 }
 
 impl DeviceEntry {

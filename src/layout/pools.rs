@@ -77,6 +77,35 @@ pub fn sized(engine: &Engine, layout: &Layout, view: &HostView, now_s: u64) -> L
     out
 }
 
+/// The pool of `layout` (already [`sized`]) that takes back `device`, released on GPU `gpu`
+/// of `view`: an entry for that GPU with `keep_released`, of the device's type, another tag
+/// than the device's owner, holding fewer active spares there than it wants. The first such
+/// entry, in the layout's order; `None` when no pool wants it.
+pub fn pool_for_released(
+    layout: &Layout,
+    view: &HostView,
+    gpu: &str,
+    device: &plan::DeviceView,
+) -> Option<String> {
+    let (entry, gi) = plan::entries_by_gpu(layout, view)
+        .into_iter()
+        .find(|(_, gi)| view.gpus[*gi].address == gpu)?;
+    let on_gpu = &view.gpus[gi].devices;
+    entry
+        .devices
+        .iter()
+        .filter(|d| d.keep_released && d.owner != device.owner)
+        .filter(|d| plan::type_matches(&d.type_query, device))
+        .find(|d| {
+            let have = on_gpu
+                .iter()
+                .filter(|s| s.active && s.owner == d.owner && plan::type_matches(&d.type_query, s))
+                .count();
+            have < d.count as usize
+        })
+        .map(|d| d.owner.clone())
+}
+
 /// Whether a layout has entries sized from the forecast.
 pub fn has_forecast(layout: &Layout) -> bool {
     layout
@@ -152,6 +181,7 @@ pub fn refill(engine: &Engine, why: &str) {
                 crate::metrics::counters().pool("refill");
                 tracing::info!(layout = %name, steps = done, why, "pools refilled");
             }
+            super::reshape::toward_forecast(engine, &name, &outcomes);
         }
         Err(e) => tracing::warn!(layout = %name, "the active layout cannot be used: {e}"),
     }
@@ -183,8 +213,85 @@ fn active_has_forecast(host: &Host) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{active, remember, wanted_spares, ACTIVE};
+    use super::{active, pool_for_released, remember, wanted_spares, ACTIVE};
     use crate::host::Host;
+    use crate::layout::plan::{DeviceView, GpuView, HostView};
+
+    fn dev(uuid: &str, ty: &str, owner: &str) -> DeviceView {
+        DeviceView {
+            uuid: uuid.into(),
+            type_id: ty.into(),
+            type_name: ty.into(),
+            owner: owner.into(),
+            active: true,
+            created: 1,
+        }
+    }
+
+    #[test]
+    fn a_released_device_goes_to_a_pool_of_its_type_that_keeps_released_and_is_short() {
+        let layout: crate::layout::Layout = toml::from_str(
+            r#"
+[[gpu]]
+address = "0000:01:00.0"
+devices = [
+  { type = "nvidia-2q", count = 2, owner = "pool-off" },
+  { type = "nvidia-2q", count = 2, owner = "pool-keep", keep_released = true },
+]
+"#,
+        )
+        .expect("layout");
+        let host = |devices: Vec<DeviceView>| HostView {
+            gpus: vec![
+                GpuView {
+                    address: "0000:01:00.0".into(),
+                    devices,
+                    ..GpuView::default()
+                },
+                GpuView {
+                    address: "0000:02:00.0".into(),
+                    ..GpuView::default()
+                },
+            ],
+        };
+        let released = dev("r", "nvidia-2q", "vm-a");
+        let one = host(vec![dev("s1", "nvidia-2q", "pool-keep"), released.clone()]);
+        // The pool that keeps released devices and is short takes it; pool-off never does.
+        assert_eq!(
+            pool_for_released(&layout, &one, "0000:01:00.0", &released).as_deref(),
+            Some("pool-keep")
+        );
+        // A full pool does not.
+        let full = host(vec![
+            dev("s1", "nvidia-2q", "pool-keep"),
+            dev("s2", "nvidia-2q", "pool-keep"),
+            released.clone(),
+        ]);
+        assert_eq!(
+            pool_for_released(&layout, &full, "0000:01:00.0", &released),
+            None
+        );
+        // An inactive spare does not count as one.
+        let mut stopped = dev("s2", "nvidia-2q", "pool-keep");
+        stopped.active = false;
+        let short = host(vec![dev("s1", "nvidia-2q", "pool-keep"), stopped]);
+        assert!(pool_for_released(&layout, &short, "0000:01:00.0", &released).is_some());
+        // Another type, another GPU, or the pool's own spare: no.
+        let other = dev("o", "nvidia-4q", "vm-a");
+        assert_eq!(
+            pool_for_released(&layout, &one, "0000:01:00.0", &other),
+            None
+        );
+        assert_eq!(
+            pool_for_released(&layout, &one, "0000:02:00.0", &released),
+            None
+        );
+        let spare = dev("s1", "nvidia-2q", "pool-keep");
+        assert_eq!(
+            pool_for_released(&layout, &one, "0000:01:00.0", &spare),
+            None
+        );
+    }
 
     #[test]
     fn the_active_layout_is_kept_and_a_bad_file_is_set_aside_never_a_hang() {

@@ -107,8 +107,8 @@ impl Counters {
             .inc();
     }
 
-    /// A pool's work in the background: `refill` (the active layout applied again) or
-    /// `reshape` (a GPU of spares emptied for a type with no room).
+    /// A pool's work: `refill` (the active layout applied again), `reshape` (a GPU of
+    /// spares emptied for a type with no room) or `return` (a released device kept).
     pub fn pool(&self, what: &'static str) {
         self.pools
             .get_or_create(&vec![("what", what.to_string())])
@@ -220,7 +220,7 @@ pub fn render_counters() -> String {
     );
     r.register(
         "pool_work",
-        "Elastic pools' background work, by what (refill: the active layout applied again; reshape: a GPU of spares emptied for a type with no room)",
+        "Elastic pools' work, by what (refill: the active layout applied again; reshape: a GPU of spares emptied for a type with no room, refused or forecast; return: a released device reset and kept as a spare)",
         c.pools.clone(),
     );
     encode(&r)
