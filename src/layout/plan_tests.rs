@@ -525,3 +525,59 @@ fn a_pending_mig_mode_other_than_the_layouts_is_set_back() {
     g.mig = Some((true, true));
     assert!(plan(&l, &HostView { gpus: vec![g] }).steps.is_empty());
 }
+
+#[test]
+fn a_vf_count_changes_through_zero_and_a_gpu_without_sriov_refuses_any_but_zero() {
+    let mut g = l40s("0000:41:00.0");
+    g.vfs = Some((4, 32));
+    let host = HostView {
+        gpus: vec![g.clone()],
+    };
+    let vfs = |n: u32| layout(&format!("[[gpu]]\nmodel = \"NVIDIA L40S\"\nvfs = {n}\n"));
+    assert_eq!(
+        names(&plan(&vfs(8), &host).steps),
+        ["set-vf-count 0", "set-vf-count 8"]
+    );
+    assert_eq!(names(&plan(&vfs(0), &host).steps), ["set-vf-count 0"]);
+    assert!(plan(&vfs(4), &host).steps.is_empty());
+    g.vfs = None;
+    let host = HostView { gpus: vec![g] };
+    let p = plan(&vfs(4), &host);
+    assert_eq!(names(&p.steps), ["set-vf-count 4 REFUSED"]);
+    assert_eq!(p.steps[0].refused.as_deref(), Some("the GPU has no SR-IOV"));
+    assert!(plan(&vfs(0), &host).steps.is_empty());
+}
+
+#[test]
+fn gpu_instances_need_mig_on_and_none_asked_is_nothing_to_do() {
+    let host = HostView { gpus: vec![h200()] };
+    let gi = |list: &str| {
+        layout(&format!(
+            "[[gpu]]\nmodel = \"NVIDIA H200\"\ngpu_instances = [{list}]\n"
+        ))
+    };
+    let p = plan(&gi("\"1g.18gb\""), &host);
+    assert_eq!(names(&p.steps), ["create-gpu-instance 1g.18gb REFUSED"]);
+    assert_eq!(p.steps[0].refused.as_deref(), Some("MIG is off on the GPU"));
+    assert!(plan(&gi(""), &host).steps.is_empty());
+}
+
+#[test]
+fn a_scheduler_already_set_is_nothing_to_do_and_another_policy_is_a_step() {
+    let mut g = h200();
+    g.scheduler = Some(SchedulerSetting {
+        policy: SchedulerPolicy::FixedShare,
+        ..SchedulerSetting::default()
+    });
+    let host = HostView { gpus: vec![g] };
+    let sched = |p: &str| {
+        layout(&format!(
+            "[[gpu]]\nmodel = \"NVIDIA H200\"\nscheduler = {{ policy = \"{p}\" }}\n"
+        ))
+    };
+    assert!(plan(&sched("fixed-share"), &host).steps.is_empty());
+    assert_eq!(
+        names(&plan(&sched("equal-share"), &host).steps),
+        ["set-scheduler equal-share"]
+    );
+}
