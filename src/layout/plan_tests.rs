@@ -581,3 +581,49 @@ fn a_scheduler_already_set_is_nothing_to_do_and_another_policy_is_a_step() {
         ["set-scheduler equal-share"]
     );
 }
+
+#[test]
+fn the_diff_shows_a_pending_mig_mode_names_instances_by_id_and_a_scheduler_only_when_it_differs() {
+    let mut g = h200();
+    g.mig = Some((true, false));
+    g.instances = vec![InstanceView {
+        id: 5,
+        profile_id: 19,
+        profile: "1g.18gb".into(),
+        device: String::new(),
+    }];
+    g.scheduler = Some(SchedulerSetting {
+        policy: SchedulerPolicy::FixedShare,
+        ..SchedulerSetting::default()
+    });
+    let host = HostView { gpus: vec![g] };
+    let items = |text: &str| -> Vec<(String, String, String)> {
+        diff(&layout(text), &host)
+            .into_iter()
+            .map(|d| (d.item, d.wanted, d.actual))
+            .collect()
+    };
+    let t = |s: &str, w: &str, a: &str| (s.to_string(), w.to_string(), a.to_string());
+    let head = "[[gpu]]\nmodel = \"NVIDIA H200\"\n";
+    assert_eq!(
+        items(&format!("{head}mig = true\n")),
+        [t("mig", "on", "on (pending off)")]
+    );
+    // An instance asked for by its profile's id, or its name in another case, is the one there.
+    assert!(items(&format!("{head}gpu_instances = [\"19\"]\n")).is_empty());
+    assert!(items(&format!("{head}gpu_instances = [\"1G.18GB\"]\n")).is_empty());
+    assert_eq!(
+        items(&format!("{head}gpu_instances = [\"9\"]\n")),
+        [t("gpu-instances", "3g.71gb", "1g.18gb")]
+    );
+    assert!(items(&format!(
+        "{head}scheduler = {{ policy = \"fixed-share\" }}\n"
+    ))
+    .is_empty());
+    assert_eq!(
+        items(&format!(
+            "{head}scheduler = {{ policy = \"equal-share\" }}\n"
+        )),
+        [t("scheduler", "equal-share", "fixed-share")]
+    );
+}
