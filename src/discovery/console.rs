@@ -679,6 +679,10 @@ mod tests {
         let o = FbconOptions::from_cmdline("fbcon=vc:0-99");
         assert_eq!((o.first_vc, o.last_vc), (0, 62));
         assert_eq!(o.mapped(3), None);
+        let o = FbconOptions::from_cmdline("quiet fbcon=nodefer");
+        assert_eq!((o.first_vc, o.last_vc), (0, 62), "the kernel's defaults");
+        let o = FbconOptions::from_cmdline("fbcon=vc:3-3");
+        assert_eq!((o.first_vc, o.last_vc), (2, 2), "one console");
     }
 
     #[test]
