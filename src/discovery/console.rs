@@ -718,5 +718,20 @@ mod tests {
                 ..
             }
         ));
+
+        // The foreground console is tty0's `active` (tty0 itself is not one: tty1 then).
+        let active = host.sys("class/tty/tty0/active");
+        std::fs::write(&active, "tty3\n").expect("write");
+        assert_eq!(read_facts(&host).expect("read").foreground, 3);
+        std::fs::write(&active, "tty0\n").expect("write");
+        assert_eq!(read_facts(&host).expect("read").foreground, 1);
+        // A framebuffer without a device link has none; a link that cannot be resolved for
+        // another reason (a loop) is an error, not "no device".
+        let link = host.sys("class/graphics/fb2/device");
+        std::fs::remove_file(&link).expect("remove the link");
+        let facts = read_facts(&host).expect("read");
+        assert_eq!(facts.framebuffers[2], fb(2, "nvidia-drmdrmfb", FbDevice::None));
+        std::os::unix::fs::symlink("device", &link).expect("a link to itself");
+        assert!(read_facts(&host).is_err(), "a link loop is an error");
     }
 }
