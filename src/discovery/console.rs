@@ -478,6 +478,17 @@ mod tests {
     }
 
     #[test]
+    fn fbcon_takes_the_consoles_of_its_range_its_ends_included() {
+        let mut facts = fbcon_host(vec![fb(0, "bochs-drmdrmfb", pci("0000:00:03.0"))], None);
+        facts.fbcon = FbconOptions::from_cmdline("fbcon=vc:2-4");
+        let taken = |vc| fbcon_framebuffer(&facts, vc).is_some();
+        assert_eq!(
+            (0..6).map(taken).collect::<Vec<_>>(),
+            [false, true, true, true, false, false]
+        );
+    }
+
+    #[test]
     fn fbcon_on_the_boot_vga_devices_framebuffer_names_that_function() {
         // The qemu VM: two bochs-drm adapters, the boot VGA one registered first.
         let facts = fbcon_host(
@@ -730,7 +741,10 @@ mod tests {
         let link = host.sys("class/graphics/fb2/device");
         std::fs::remove_file(&link).expect("remove the link");
         let facts = read_facts(&host).expect("read");
-        assert_eq!(facts.framebuffers[2], fb(2, "nvidia-drmdrmfb", FbDevice::None));
+        assert_eq!(
+            facts.framebuffers[2],
+            fb(2, "nvidia-drmdrmfb", FbDevice::None)
+        );
         std::os::unix::fs::symlink("device", &link).expect("a link to itself");
         assert!(read_facts(&host).is_err(), "a link loop is an error");
     }

@@ -308,6 +308,26 @@ mod tests {
         assert!(validate(&s(EqualShare, false, 0, 33, 0)).is_err());
         assert!(validate(&s(FixedShare, false, 24, 0, 0)).is_ok());
         assert!(validate(&s(EqualShare, true, 0, 33, 480)).is_ok());
+        assert!(validate(&s(BestEffort, false, 0, 0, 0)).is_ok());
+        // Each rule refuses on its own, with its own words.
+        let refusal = |set: SchedulerSetting| match validate(&set) {
+            Err(EngineError::InvalidArgument(m)) => m,
+            other => panic!("{set:?} is refused as an invalid argument, not {other:?}"),
+        };
+        for set in [
+            s(BestEffort, true, 0, 0, 0),
+            s(BestEffort, false, 2, 0, 0),
+            s(BestEffort, false, 0, 33, 0),
+            s(BestEffort, false, 0, 0, 480),
+        ] {
+            assert!(refusal(set).starts_with("best-effort takes no"), "{set:?}");
+        }
+        assert!(refusal(s(EqualShare, true, 2, 0, 0)).starts_with("with arr"));
+        assert!(refusal(s(EqualShare, false, 0, 33, 0)).starts_with("avg_factor and frequency_hz"));
+        assert!(refusal(s(EqualShare, false, 0, 0, 480)).starts_with("avg_factor and frequency_hz"));
+        assert!(refusal(s(EqualShare, false, 31, 0, 0)).starts_with("timeslice_ms 31 is outside"));
+        assert!(refusal(s(EqualShare, true, 0, 61, 0)).starts_with("avg_factor 61 is outside"));
+        assert!(refusal(s(EqualShare, true, 0, 0, 62)).starts_with("frequency_hz 62 is outside"));
     }
 
     #[test]
