@@ -105,6 +105,25 @@ impl Engine {
         lock(&self.modes).get(pf).copied().unwrap_or(false)
     }
 
+    /// In heterogeneous mode, the board's framebuffer (GiB) and where each vGPU of `pf` sits:
+    /// (VF, placement id, placement size in GiB), the size from the vGPU's type by
+    /// [`crate::catalog::nvidia_placement`]. `None` when the GPU is not in that mode, its
+    /// board is unknown, or a vGPU's type or placement cannot be told.
+    pub fn mixed_placements(&self, pf: &str) -> Option<(u64, Vec<(String, u64, u64)>)> {
+        if !self.is_heterogeneous(pf) {
+            return None;
+        }
+        let model = self.with_gpu(pf, |g| g.model.clone())?;
+        let board = crate::catalog::nvidia_board_framebuffer_gib(&model)?;
+        let mut placed = Vec::new();
+        for vf in self.vf_states(pf).ok()?.iter().filter(|v| v.current != 0) {
+            let gib = crate::catalog::nvidia_type_by_id(vf.current)?.framebuffer_mib / 1024;
+            let (size, _) = crate::catalog::nvidia_placement(board, gib)?;
+            placed.push((vf.vf.clone(), vf.placement_id?, size));
+        }
+        Some((board, placed))
+    }
+
     /// Turns NVIDIA's heterogeneous (mixed-size) vGPU mode of a GPU on or off with
     /// `nvidia-smi vgpu -i <gpu> -shm <1|0>`, and with `persistent` records it so that it is
     /// set again at boot, after the VFs and before any vGPU. The GPU must share through
