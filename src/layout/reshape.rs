@@ -6,10 +6,16 @@
 //! a time, and takes another size only once it holds no vGPU ([`crate::engine`]'s placement
 //! rules). So a GPU full of unused 4Q spares cannot serve a 2Q login until the spares go.
 //!
+//! In NVIDIA's heterogeneous (mixed-size) mode room depends on placements, not on emptiness:
+//! a vGPU takes an aligned run of its type's placement size, so a create can fail with
+//! enough framebuffer free in pieces. There only the spares in the way of the run that
+//! costs the fewest are removed ([`plan_placements`]); the GPU's other spares stay.
+//!
 //! - Only spares go: devices whose owner is the tag of one of the active layout's pools. A
-//!   GPU with any other device (a desktop, a device of no pool) is never touched, nor is a GPU
-//!   in heterogeneous (mixed-size) mode, whose room depends on placements, not on emptiness.
-//! - The GPU with the fewest spares is chosen (the least work thrown away), then by address.
+//!   GPU with any other device (a desktop, a device of no pool) is never touched, in either
+//!   mode, nor a mixed-size GPU whose placements cannot be read.
+//! - The GPU with the fewest spares to remove is chosen (the least work thrown away), then
+//!   by address.
 //! - Each spare goes through [`crate::engine::Engine::remove_spare`]: one handed out since the
 //!   plan is its new owner's and stays (the re-shape then stops short, and the create tries
 //!   its luck).
