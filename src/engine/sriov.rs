@@ -105,11 +105,11 @@ impl Engine {
         lock(&self.modes).get(pf).copied().unwrap_or(false)
     }
 
-    /// In heterogeneous mode, the board's framebuffer (GiB) and where each vGPU of `pf` sits:
-    /// (VF, placement id, placement size in GiB), the size from the vGPU's type by
+    /// In heterogeneous mode, the board's framebuffer (GiB) and where each vGPU of `pf` sits
+    /// ([`VfPlacement`]), the size from the vGPU's type by
     /// [`crate::catalog::nvidia_placement`]. `None` when the GPU is not in that mode, its
     /// board is unknown, or a vGPU's type or placement cannot be told.
-    pub fn mixed_placements(&self, pf: &str) -> Option<(u64, Vec<(String, u64, u64)>)> {
+    pub fn mixed_placements(&self, pf: &str) -> Option<(u64, Vec<VfPlacement>)> {
         if !self.is_heterogeneous(pf) {
             return None;
         }
@@ -423,6 +423,9 @@ impl Engine {
             .collect()
     }
 }
+
+/// A vGPU's VF, its placement id and its placement size (GiB), in heterogeneous mode.
+pub type VfPlacement = (String, u64, u64);
 
 /// Where the heterogeneous mode of each GPU is kept while the host runs (below `run/`).
 const RUNTIME_MODES: &str = "vgpud/modes";
