@@ -468,3 +468,122 @@ devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
     assert_eq!(owned_by(&c, "pool-2q").await, two);
     assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());
 }
+
+/// The placement id of a device's vGPU (its VF's `nvidia/placement_id`).
+async fn placement_of(s: &Setup, c: &Client, uuid: &str) -> String {
+    let vf = c.device(uuid).await.expect("device").address;
+    std::fs::read_to_string(
+        s.host
+            .path(&format!("sys/bus/pci/devices/{vf}/nvidia/placement_id")),
+    )
+    .unwrap_or_else(|e| panic!("placement of {uuid} ({vf}): {e}"))
+    .trim()
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_fragmented_mixed_size_gpu_of_spares_frees_one_run_never_one_with_a_desktop() {
+    let s = Setup::new(&["nvidia-l40s"]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    assert_eq!(gpus.len(), 2, "{gpus:?}");
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    let layout = |counts: [u32; 2]| {
+        gpus.iter()
+            .zip(counts)
+            .map(|(gpu, n)| {
+                format!(
+                    "[[gpu]]\naddress = \"{gpu}\"\nvfs = 32\nheterogeneous = true\ndevices = [{{ type = \"L40S-4Q\", count = {n}, owner = \"pool-4q\" }}]\n"
+                )
+            })
+            .collect::<String>()
+    };
+    // VFs on and mixed sizes, no spares yet.
+    std::fs::write(dir.join("prep.toml"), layout([0, 0])).expect("layout");
+    let steps = c.apply_layout("prep", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    // 4Q (6 GiB placements of the 48 GiB board) where we put them: on the first GPU a
+    // desktop at 0 and spares at 12, 24 and 36; on the second spares at 0, 6, 12, 18, 24
+    // and 36. Neither has a free run of 12 GiB for an 8Q, though 12 to 24 GiB are free.
+    let place = |gpu: &str, owner: &str, at: u64| {
+        let params = format!("vgpu-placement-id={at}");
+        s.busctl_create(
+            "L40S-4Q",
+            &[("parent", gpu), ("owner", owner), ("params", &params)],
+        )
+        .unwrap_or_else(|e| panic!("a 4Q at {at} on {gpu}: {e}"))
+    };
+    let desktop = place(&gpus[0], "alice-vm", 0);
+    let mut first: Vec<String> = [12, 24, 36]
+        .iter()
+        .map(|&at| place(&gpus[0], "pool-4q", at))
+        .collect();
+    first.push(desktop.clone());
+    let second: Vec<(u64, String)> = [0, 6, 12, 18, 24, 36]
+        .iter()
+        .map(|&at| (at, place(&gpus[1], "pool-4q", at)))
+        .collect();
+    assert_eq!(placement_of(&s, &c, &second[4].1).await, "24");
+    // The layout of those spares, active: applying it changes nothing.
+    std::fs::write(dir.join("mixed.toml"), layout([3, 6])).expect("layout");
+    let steps = c.apply_layout("mixed", false).await.expect("ApplyLayout");
+    assert!(steps.is_empty(), "{steps:?}");
+    let on = |gpu: &str| {
+        let gpu = gpu.to_string();
+        let c = c.clone();
+        async move {
+            let mut v: Vec<String> = c
+                .list_devices()
+                .await
+                .expect("ListDevices")
+                .into_iter()
+                .filter(|d| d.gpu == gpu)
+                .map(|d| d.uuid)
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    first.sort();
+    assert_eq!(on(&gpus[0]).await, first);
+
+    // An 8Q: the second GPU's cheapest run is 24..36 (one spare; 0..12 and 12..24 hold
+    // two each), so that spare alone goes and the 8Q takes its place.
+    let bob = s
+        .busctl_create("L40S-8Q", &[("owner", "bob-vm")])
+        .expect("an 8Q after a re-shape");
+    let made = c.device(&bob).await.expect("bob's device");
+    assert_eq!(made.gpu, gpus[1], "{}", s.daemon.log_text());
+    assert_eq!(placement_of(&s, &c, &bob).await, "24");
+    let mut want: Vec<String> = second
+        .iter()
+        .filter(|(at, _)| *at != 24)
+        .map(|(_, u)| u.clone())
+        .chain([bob.clone()])
+        .collect();
+    want.sort();
+    assert_eq!(on(&gpus[1]).await, want, "only the spare in the way goes");
+    assert_eq!(
+        on(&gpus[0]).await,
+        first,
+        "the desktop's GPU is never touched"
+    );
+    let log = s.daemon.log_text();
+    assert!(log.contains("re-shaped a GPU of spares"), "{log}");
+    assert!(log.contains("placement 24 freed"), "{log}");
+    assert_eq!(log.matches("re-shaped a GPU of spares").count(), 1, "{log}");
+
+    // A second 8Q: the first GPU has a desktop, the second now bob's 8Q; no GPU holds only
+    // spares, so it is refused and nothing is removed.
+    let before = c.list_devices().await.expect("ListDevices").len();
+    let e = s
+        .busctl_create("L40S-8Q", &[("owner", "carol-vm")])
+        .expect_err("no room for another 8Q");
+    assert!(e.contains("L40S-8Q"), "{e}");
+    assert_eq!(c.list_devices().await.expect("ListDevices").len(), before);
+    assert_eq!(on(&gpus[0]).await, first);
+}

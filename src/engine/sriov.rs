@@ -105,6 +105,25 @@ impl Engine {
         lock(&self.modes).get(pf).copied().unwrap_or(false)
     }
 
+    /// In heterogeneous mode, the board's framebuffer (GiB) and where each vGPU of `pf` sits
+    /// ([`VfPlacement`]), the size from the vGPU's type by
+    /// [`crate::catalog::nvidia_placement`]. `None` when the GPU is not in that mode, its
+    /// board is unknown, or a vGPU's type or placement cannot be told.
+    pub fn mixed_placements(&self, pf: &str) -> Option<(u64, Vec<VfPlacement>)> {
+        if !self.is_heterogeneous(pf) {
+            return None;
+        }
+        let model = self.with_gpu(pf, |g| g.model.clone())?;
+        let board = crate::catalog::nvidia_board_framebuffer_gib(&model)?;
+        let mut placed = Vec::new();
+        for vf in self.vf_states(pf).ok()?.iter().filter(|v| v.current != 0) {
+            let gib = crate::catalog::nvidia_type_by_id(vf.current)?.framebuffer_mib / 1024;
+            let (size, _) = crate::catalog::nvidia_placement(board, gib)?;
+            placed.push((vf.vf.clone(), vf.placement_id?, size));
+        }
+        Some((board, placed))
+    }
+
     /// Turns NVIDIA's heterogeneous (mixed-size) vGPU mode of a GPU on or off with
     /// `nvidia-smi vgpu -i <gpu> -shm <1|0>`, and with `persistent` records it so that it is
     /// set again at boot, after the VFs and before any vGPU. The GPU must share through
@@ -404,6 +423,9 @@ impl Engine {
             .collect()
     }
 }
+
+/// A vGPU's VF, its placement id and its placement size (GiB), in heterogeneous mode.
+pub type VfPlacement = (String, u64, u64);
 
 /// Where the heterogeneous mode of each GPU is kept while the host runs (below `run/`).
 const RUNTIME_MODES: &str = "vgpud/modes";

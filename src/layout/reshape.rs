@@ -6,10 +6,16 @@
 //! a time, and takes another size only once it holds no vGPU ([`crate::engine`]'s placement
 //! rules). So a GPU full of unused 4Q spares cannot serve a 2Q login until the spares go.
 //!
+//! In NVIDIA's heterogeneous (mixed-size) mode room depends on placements, not on emptiness:
+//! a vGPU takes an aligned run of its type's placement size, so a create can fail with
+//! enough framebuffer free in pieces. There only the spares in the way of the run that
+//! costs the fewest are removed ([`plan_placements`]); the GPU's other spares stay.
+//!
 //! - Only spares go: devices whose owner is the tag of one of the active layout's pools. A
-//!   GPU with any other device (a desktop, a device of no pool) is never touched, nor is a GPU
-//!   in heterogeneous (mixed-size) mode, whose room depends on placements, not on emptiness.
-//! - The GPU with the fewest spares is chosen (the least work thrown away), then by address.
+//!   GPU with any other device (a desktop, a device of no pool) is never touched, in either
+//!   mode, nor a mixed-size GPU whose placements cannot be read.
+//! - The GPU with the fewest spares to remove is chosen (the least work thrown away), then
+//!   by address.
 //! - Each spare goes through [`crate::engine::Engine::remove_spare`]: one handed out since the
 //!   plan is its new owner's and stays (the re-shape then stops short, and the create tries
 //!   its luck).
@@ -31,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::engine::{CreateRequest, DeviceInfo, Engine, Reshaper};
 use crate::libvirt::{holders, LibvirtError, LibvirtOps};
+use crate::model::MdevType;
 
 use super::plan::DeviceView;
 
@@ -48,37 +55,150 @@ pub struct ShapeGpu {
     pub heterogeneous: bool,
     /// Its active devices (on it or its VFs): (UUID, type id, owner).
     pub devices: Vec<(String, String, String)>,
+    /// In mixed-size mode: its vGPUs' placements and the run the type asked for needs;
+    /// `None` when they cannot be told (the GPU is then never touched).
+    pub mixed: Option<Mixed>,
 }
 
-/// What a re-shape does: the GPU emptied, and its spares (UUID, owner) removed in order.
+/// A vGPU at its placement on a GPU in mixed-size mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// Its UUID (a vGPU vgpud does not know: its VF's address).
+    pub uuid: String,
+    /// Its type id.
+    pub type_id: String,
+    /// Its owner tag (empty for a vGPU vgpud does not know).
+    pub owner: String,
+    /// Its placement id (the first GiB of its placement).
+    pub start: u64,
+    /// Its placement size, GiB.
+    pub size: u64,
+}
+
+/// A mixed-size GPU as a re-shape sees it: what sits where, and where the type asked for
+/// may go (a run of `size` GiB starting at one of `starts`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mixed {
+    /// Its vGPUs.
+    pub placed: Vec<Placed>,
+    /// The placement size of the type asked for, GiB.
+    pub size: u64,
+    /// The placement ids the type may take.
+    pub starts: Vec<u64>,
+}
+
+/// What a re-shape does: spares (UUID, owner) removed in order; on a GPU in equal-size mode
+/// all of them (the GPU emptied), in mixed-size mode only those in the way of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reshape {
     /// The GPU.
     pub gpu: String,
     /// The spares removed, (UUID, pool tag).
     pub remove: Vec<(String, String)>,
+    /// In mixed-size mode: the placement id freed for the type asked for.
+    pub freed: Option<u64>,
 }
 
-/// Plans a re-shape toward `type_ids` (the type the create asked for, as each GPU names it):
-/// among `gpus` (those that offer it), one that holds only spares of `pools`, none of the
-/// type, at least one; the fewest spares first, then by address. `None` when no GPU can be.
+/// Plans a re-shape toward `type_ids` (the type the create asked for, as each GPU names it)
+/// among `gpus` (those that offer it): a GPU in equal-size mode that holds only spares of
+/// `pools`, none of the type, at least one, is emptied; a GPU in mixed-size mode that holds
+/// only spares has the spares in the way of one run removed ([`plan_placements`]). The GPU
+/// with the fewest spares to remove first, then by address. `None` when no GPU can be.
 pub fn plan(gpus: &[ShapeGpu], pools: &BTreeSet<String>, type_ids: &[String]) -> Option<Reshape> {
     gpus.iter()
-        .filter(|g| !g.heterogeneous && !g.devices.is_empty())
-        .filter(|g| {
-            g.devices
-                .iter()
-                .all(|(_, ty, owner)| pools.contains(owner) && !type_ids.contains(ty))
-        })
-        .min_by(|a, b| (a.devices.len(), &a.address).cmp(&(b.devices.len(), &b.address)))
-        .map(|g| Reshape {
+        .filter_map(|g| plan_gpu(g, pools, type_ids))
+        .min_by(|a, b| (a.remove.len(), &a.gpu).cmp(&(b.remove.len(), &b.gpu)))
+}
+
+/// The re-shape of one GPU, if it can be re-shaped (see [`plan`]).
+fn plan_gpu(g: &ShapeGpu, pools: &BTreeSet<String>, type_ids: &[String]) -> Option<Reshape> {
+    if g.heterogeneous {
+        let m = g.mixed.as_ref()?;
+        // A device the placements do not show (not a vGPU on a VF): the GPU is left alone.
+        if g.devices.len() > m.placed.len() {
+            return None;
+        }
+        let (freed, remove) = plan_placements(&m.placed, pools, type_ids, m.size, &m.starts)?;
+        return Some(Reshape {
             gpu: g.address.clone(),
-            remove: g
-                .devices
-                .iter()
-                .map(|(uuid, _, owner)| (uuid.clone(), owner.clone()))
-                .collect(),
-        })
+            remove,
+            freed: Some(freed),
+        });
+    }
+    let only_spares = g
+        .devices
+        .iter()
+        .all(|(_, ty, owner)| pools.contains(owner) && !type_ids.contains(ty));
+    (only_spares && !g.devices.is_empty()).then(|| Reshape {
+        gpu: g.address.clone(),
+        remove: g
+            .devices
+            .iter()
+            .map(|(uuid, _, owner)| (uuid.clone(), owner.clone()))
+            .collect(),
+        freed: None,
+    })
+}
+
+/// Plans room on a GPU in mixed-size mode whose vGPUs sit at `placed`, for a type (one of
+/// `type_ids`) of placement size `size` that may start at `starts`: the run whose freeing
+/// removes the fewest vGPUs (the lowest start on a tie, where the driver puts a new vGPU),
+/// and the spares in its way (UUID, pool tag), by placement.
+///
+/// `None` when the GPU holds anything but spares of `pools` (even out of the way: only a
+/// GPU of spares is re-shaped), holds nothing, already has a free run (the create failed
+/// for another reason), or no run can be freed. A run filled by a spare of the type asked
+/// for is not freed: it would be swapped for its like.
+pub fn plan_placements(
+    placed: &[Placed],
+    pools: &BTreeSet<String>,
+    type_ids: &[String],
+    size: u64,
+    starts: &[u64],
+) -> Option<(u64, Vec<(String, String)>)> {
+    if size == 0 || placed.is_empty() || placed.iter().any(|p| !pools.contains(&p.owner)) {
+        return None;
+    }
+    let mut best: Option<(usize, u64, Vec<&Placed>)> = None;
+    for &start in starts {
+        let end = start.checked_add(size)?;
+        let mut in_way: Vec<&Placed> = placed
+            .iter()
+            .filter(|p| p.start < end && start < p.start.saturating_add(p.size))
+            .collect();
+        if in_way.is_empty() {
+            return None;
+        }
+        if let [p] = in_way[..] {
+            if p.start == start && p.size == size && type_ids.contains(&p.type_id) {
+                continue;
+            }
+        }
+        in_way.sort_by_key(|p| p.start);
+        if best
+            .as_ref()
+            .is_none_or(|(n, s, _)| (in_way.len(), start) < (*n, *s))
+        {
+            best = Some((in_way.len(), start, in_way));
+        }
+    }
+    best.map(|(_, start, in_way)| {
+        let remove = in_way
+            .into_iter()
+            .map(|p| (p.uuid.clone(), p.owner.clone()))
+            .collect();
+        (start, remove)
+    })
+}
+
+impl Reshape {
+    /// Its kind in log lines: the GPU emptied, or a placement freed at an id.
+    pub fn mode(&self) -> String {
+        match self.freed {
+            None => "equal-size: emptied".into(),
+            Some(at) => format!("mixed-size: placement {at} freed"),
+        }
+    }
 }
 
 /// How long a GPU re-shaped is left as it is by re-shapes for the forecast.
@@ -147,20 +267,31 @@ fn pool_tags(layout: &Layout) -> BTreeSet<String> {
 /// `gpus` as a re-shape sees them, and the ids they name `type_query` by.
 fn shapes_of(engine: &Engine, gpus: &[String], type_query: &str) -> (Vec<ShapeGpu>, Vec<String>) {
     let devices = engine.list_devices();
+    let listed = engine.list_gpus();
     let shapes = gpus
         .iter()
-        .map(|gpu| ShapeGpu {
-            address: gpu.clone(),
-            heterogeneous: engine.is_heterogeneous(gpu),
-            devices: devices
+        .map(|gpu| {
+            let on_gpu: Vec<&DeviceInfo> = devices
                 .iter()
                 .filter(|d| d.active && engine.gpu_of_parent(&d.parent) == *gpu)
-                .map(|d| (d.uuid.clone(), d.type_id.clone(), d.owner.clone()))
-                .collect(),
+                .collect();
+            let wanted = listed
+                .iter()
+                .filter(|g| g.address == *gpu)
+                .flat_map(|g| g.types.iter())
+                .find(|t| t.matches(type_query));
+            ShapeGpu {
+                address: gpu.clone(),
+                heterogeneous: engine.is_heterogeneous(gpu),
+                devices: on_gpu
+                    .iter()
+                    .map(|d| (d.uuid.clone(), d.type_id.clone(), d.owner.clone()))
+                    .collect(),
+                mixed: wanted.and_then(|t| mixed_of(engine, gpu, &on_gpu, t)),
+            }
         })
         .collect();
-    let ids = engine
-        .list_gpus()
+    let ids = listed
         .iter()
         .filter(|g| gpus.contains(&g.address))
         .flat_map(|g| g.types.iter())
@@ -168,6 +299,38 @@ fn shapes_of(engine: &Engine, gpus: &[String], type_query: &str) -> (Vec<ShapeGp
         .map(|t| t.id.clone())
         .collect();
     (shapes, ids)
+}
+
+/// A GPU in mixed-size mode as a re-shape toward `wanted` sees it; `None` when its
+/// placements or the type's cannot be told. A vGPU vgpud does not know has no owner.
+fn mixed_of(
+    engine: &Engine,
+    gpu: &str,
+    devices: &[&DeviceInfo],
+    wanted: &MdevType,
+) -> Option<Mixed> {
+    let (board, vfs) = engine.mixed_placements(gpu)?;
+    let (size, slots) = crate::catalog::nvidia_placement(board, wanted.framebuffer_bytes() >> 30)?;
+    let placed = vfs
+        .into_iter()
+        .map(|(vf, start, size)| {
+            let known = devices
+                .iter()
+                .find(|d| d.address.as_deref() == Some(vf.as_str()));
+            Placed {
+                uuid: known.map_or_else(|| vf.clone(), |d| d.uuid.clone()),
+                type_id: known.map(|d| d.type_id.clone()).unwrap_or_default(),
+                owner: known.map(|d| d.owner.clone()).unwrap_or_default(),
+                start,
+                size,
+            }
+        })
+        .collect();
+    Some(Mixed {
+        placed,
+        size,
+        starts: (0..slots).map(|i| i * size).collect(),
+    })
 }
 
 /// A forecast entry whose creates were refused on a GPU: (GPU, the entry, how many).
@@ -246,7 +409,7 @@ pub fn toward_forecast(engine: &Engine, name: &str, outcomes: &[Outcome]) -> Vec
                 .batch(|| execute(engine, &reshape, &entry, missing))
         });
         tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner, removed, made,
-            layout = %name, reason = Reason::Forecast.name(),
+            layout = %name, reason = Reason::Forecast.name(), mode = reshape.mode(),
             "re-shaped a GPU of spares toward a type that had no room");
         crate::metrics::counters().pool("reshape");
         done.push(gpu);
@@ -364,6 +527,7 @@ impl Reshaper for PoolReshaper {
             removed,
             layout = %name,
             reason = Reason::Refused.name(),
+            mode = reshape.mode(),
             "re-shaped a GPU of spares toward a type that had no room"
         );
         crate::metrics::counters().pool("reshape");
@@ -408,6 +572,7 @@ mod tests {
         ShapeGpu {
             address: address.into(),
             heterogeneous: false,
+            mixed: None,
             devices: devices
                 .iter()
                 .map(|(u, t, o)| (u.to_string(), t.to_string(), o.to_string()))
@@ -541,5 +706,150 @@ devices = [
         // No pools: no spares.
         let g = gpu("0000:01:00.0", &[("a1", "nvidia-4q", "pool-a")]);
         assert_eq!(plan(&[g], &BTreeSet::new(), &want), None);
+    }
+
+    /// A vGPU at placement `start` of `size` GiB.
+    fn at(uuid: &str, ty: &str, owner: &str, start: u64, size: u64) -> Placed {
+        Placed {
+            uuid: uuid.into(),
+            type_id: ty.into(),
+            owner: owner.into(),
+            start,
+            size,
+        }
+    }
+
+    /// A 48 GiB board (an L40S) in mixed-size mode: 4Q spares (6 GiB placements) at 0, 6,
+    /// 12, 18, 24 and 36; 12 GiB free at 30 and 42, so no 12 GiB run (an 8Q) is free.
+    fn fragmented() -> Vec<Placed> {
+        [0, 6, 12, 18, 24, 36]
+            .iter()
+            .map(|&s| at(&format!("s{s}"), "nvidia-4q", "pool-a", s, 6))
+            .collect()
+    }
+
+    const EIGHT_Q: (u64, [u64; 4]) = (12, [0, 12, 24, 36]);
+
+    #[test]
+    fn a_mixed_size_gpu_frees_the_run_with_the_fewest_spares_in_the_way_and_keeps_the_rest() {
+        let want = ["nvidia-8q".to_string()];
+        let placed = fragmented();
+        // Runs of 12: [0,12) holds 2 spares, [12,24) 2, [24,36) 1, [36,48) 1: the lowest of
+        // the cheapest, where the driver puts the new vGPU.
+        let (freed, remove) =
+            plan_placements(&placed, &pools(), &want, EIGHT_Q.0, &EIGHT_Q.1).expect("room");
+        assert_eq!(freed, 24);
+        assert_eq!(remove, [("s24".to_string(), "pool-a".to_string())]);
+        // A 24 GiB type (runs [0,24) and [24,48)): the two spares of the second run, in
+        // placement order, the four of the first kept.
+        let mut shuffled = placed.clone();
+        shuffled.reverse();
+        let (freed, remove) =
+            plan_placements(&shuffled, &pools(), &want, 24, &[0, 24]).expect("room");
+        assert_eq!(freed, 24);
+        let uuids: Vec<&str> = remove.iter().map(|(u, _)| u.as_str()).collect();
+        assert_eq!(uuids, ["s24", "s36"]);
+        // A spare larger than the run is in the way of it too.
+        let big = [
+            at("big", "nvidia-24q", "pool-b", 0, 24),
+            at("x", "nvidia-4q", "pool-a", 24, 6),
+            at("y", "nvidia-4q", "pool-a", 30, 6),
+            at("z", "nvidia-4q", "pool-a", 42, 6),
+        ];
+        let (freed, remove) =
+            plan_placements(&big, &pools(), &want, EIGHT_Q.0, &EIGHT_Q.1).expect("room");
+        assert_eq!((freed, remove.len()), (0, 1));
+        assert_eq!(remove[0], ("big".to_string(), "pool-b".to_string()));
+        // Spares of the type asked for in the way of a larger run go too (the GPU is
+        // fragmented by them): 8Q at 0 and 24, a 4Q at 12: a 24 GiB run needs two.
+        let same = [
+            at("a", "nvidia-8q", "pool-a", 0, 12),
+            at("b", "nvidia-4q", "pool-a", 12, 6),
+            at("c", "nvidia-8q", "pool-a", 24, 12),
+            at("d", "nvidia-4q", "pool-a", 36, 6),
+        ];
+        let (_, remove) =
+            plan_placements(&same, &pools(), &["nvidia-24q".into()], 24, &[0, 24]).expect("room");
+        let uuids: Vec<&str> = remove.iter().map(|(u, _)| u.as_str()).collect();
+        assert_eq!(uuids, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_mixed_size_gpu_with_anything_but_spares_or_no_run_to_free_is_never_touched() {
+        let want = ["nvidia-8q".to_string()];
+        let plan8 =
+            |placed: &[Placed]| plan_placements(placed, &pools(), &want, 12, &[0, 12, 24, 36]);
+        // A desktop in the way of the cheapest run, or out of every run's way: untouched.
+        for (i, owner) in [(4, "alice-vm"), (0, "alice-vm"), (4, "")] {
+            let mut placed = fragmented();
+            placed[i].owner = owner.into();
+            assert_eq!(plan8(&placed), None, "{:?}", placed[i]);
+        }
+        // A free run already: the create failed for another reason.
+        let mut placed = fragmented();
+        placed.retain(|p| p.start != 24);
+        assert_eq!(plan8(&placed), None);
+        // Nothing on the GPU, a size of nothing, no start the type may take.
+        assert_eq!(plan8(&[]), None);
+        assert_eq!(
+            plan_placements(&fragmented(), &pools(), &want, 0, &[0]),
+            None
+        );
+        assert_eq!(
+            plan_placements(&fragmented(), &pools(), &want, 12, &[]),
+            None
+        );
+        // Every run filled by a spare of the type asked for: it would swap one for its like.
+        let full: Vec<Placed> = [0, 12, 24, 36]
+            .iter()
+            .map(|&s| at(&format!("e{s}"), "nvidia-8q", "pool-a", s, 12))
+            .collect();
+        assert_eq!(plan8(&full), None);
+        // No pools: no spares.
+        assert_eq!(
+            plan_placements(&fragmented(), &BTreeSet::new(), &want, 12, &[0, 12, 24, 36]),
+            None
+        );
+    }
+
+    #[test]
+    fn the_gpu_with_the_fewest_spares_to_remove_is_re_shaped_whatever_its_mode() {
+        let want = ["nvidia-8q".to_string()];
+        let mixed_gpu = |address: &str, placed: Vec<Placed>| ShapeGpu {
+            address: address.into(),
+            heterogeneous: true,
+            devices: placed
+                .iter()
+                .map(|p| (p.uuid.clone(), p.type_id.clone(), p.owner.clone()))
+                .collect(),
+            mixed: Some(Mixed {
+                placed,
+                size: EIGHT_Q.0,
+                starts: EIGHT_Q.1.to_vec(),
+            }),
+        };
+        let equal = gpu(
+            "0000:01:00.0",
+            &[("a1", "nvidia-4q", "pool-a"), ("a2", "nvidia-4q", "pool-a")],
+        );
+        let mixed = mixed_gpu("0000:02:00.0", fragmented());
+        let r = plan(&[equal.clone(), mixed.clone()], &pools(), &want).expect("a re-shape");
+        assert_eq!((r.gpu.as_str(), r.freed), ("0000:02:00.0", Some(24)));
+        assert_eq!(r.remove.len(), 1);
+        assert_eq!(r.mode(), "mixed-size: placement 24 freed");
+        // One spare on the equal-size GPU: emptying it removes as few.
+        let one = gpu("0000:01:00.0", &[("a1", "nvidia-4q", "pool-a")]);
+        let r = plan(&[mixed.clone(), one], &pools(), &want).expect("a re-shape");
+        assert_eq!((r.gpu.as_str(), r.freed), ("0000:01:00.0", None));
+        assert_eq!(r.mode(), "equal-size: emptied");
+        // Placements that cannot be told, or a device they do not show: untouched.
+        let mut blind = mixed.clone();
+        blind.mixed = None;
+        assert_eq!(plan(&[blind], &pools(), &want), None);
+        let mut hidden = mixed;
+        hidden
+            .devices
+            .push(("gvt".into(), "nvidia-4q".into(), "pool-a".into()));
+        assert_eq!(plan(&[hidden], &pools(), &want), None);
     }
 }
