@@ -368,8 +368,54 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
         .expect("modprobe.d file");
     assert!(conf.contains("RmPVMRL=0x00180011"), "{conf}");
 
-    // Under MIG there is no time-slice scheduler.
+    // Neither now nor at the next load: nothing to do.
+    let nowhere: std::collections::HashMap<&str, Variant<'_>> = [
+        ("policy", Variant::from("equal-share")),
+        ("runtime", Variant::from(false)),
+        ("persistent", Variant::from(false)),
+    ]
+    .into_iter()
+    .collect();
+    let e = n
+        .set_scheduler(&pf, nowhere)
+        .await
+        .expect_err("nothing to do");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.InvalidArgument", "{e}");
+    assert!(error_message(&e).contains("nothing to do"), "{e}");
+
+    // In mixed-size mode the driver offers no fixed share: vgpud refuses it in its own words
+    // before asking the driver (which would refuse too); equal share still goes.
     let other = h200_gpus(&s).await[1].clone();
+    m.set_vf_count(&other, 32, opts(&[])).await.expect("VFs on");
+    m.set_heterogeneous_mode(&other, true, opts(&[]))
+        .await
+        .expect("mixed-size on");
+    let e = n
+        .set_scheduler(&other, fixed(true))
+        .await
+        .expect_err("fixed share in mixed-size mode");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
+    assert!(
+        error_message(&e).contains("where the driver offers only best-effort and equal-share"),
+        "{e}"
+    );
+    let equal: std::collections::HashMap<&str, Variant<'_>> = [
+        ("policy", Variant::from("equal-share")),
+        ("timeslice_ms", Variant::from(3_u32)),
+    ]
+    .into_iter()
+    .collect();
+    let r = n
+        .set_scheduler(&other, equal)
+        .await
+        .expect("equal share in mixed-size mode");
+    assert!(bool::try_from(r["applied"].clone()).expect("applied"));
+    m.set_heterogeneous_mode(&other, false, opts(&[]))
+        .await
+        .expect("mixed-size off");
+    m.set_vf_count(&other, 0, opts(&[])).await.expect("VFs off");
+
+    // Under MIG there is no time-slice scheduler.
     n.set_mig_mode(&other, true, opts(&[]))
         .await
         .expect("MIG on");
