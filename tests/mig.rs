@@ -424,6 +424,38 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
 }
 
 #[tokio::test]
+async fn a_persistent_scheduler_is_set_again_after_a_reboot() {
+    // The simulated driver loads without vgpud's modprobe.d file (as a driver loaded by hand
+    // would), at best effort: vgpud sets the recorded scheduler again at start.
+    let mut s = h200().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    let equal: std::collections::HashMap<&str, Variant<'_>> = [
+        ("policy", Variant::from("equal-share")),
+        ("timeslice_ms", Variant::from(5_u32)),
+    ]
+    .into_iter()
+    .collect();
+    n.set_scheduler(&pf, equal).await.expect("SetScheduler");
+    drop(n);
+    s.daemon.stop();
+    s.host.reboot(H200);
+    restart_with_nvml(&mut s).await;
+    let sched = gpu_proxy(&s.conn, &pf)
+        .await
+        .scheduler()
+        .await
+        .expect("Scheduler");
+    assert_eq!(
+        String::try_from(sched["policy"].clone()).expect("policy"),
+        "equal-share",
+        "{sched:?}\n{}",
+        s.daemon.log_text()
+    );
+    assert_eq!(u32_of(&sched["timeslice_ms"]), 5);
+}
+
+#[tokio::test]
 async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() {
     let mut s = h200().await;
     let m = s.manager().await;
