@@ -580,6 +580,22 @@ fn a_scheduler_already_set_is_nothing_to_do_and_another_policy_is_a_step() {
         names(&plan(&sched("equal-share"), &host).steps),
         ["set-scheduler equal-share"]
     );
+    // A number the layout gives must match; one it leaves out (0) takes what the GPU has.
+    let mut g = h200();
+    g.scheduler = Some(SchedulerSetting {
+        policy: SchedulerPolicy::EqualShare,
+        timeslice_ms: 3,
+        ..SchedulerSetting::default()
+    });
+    let host = HostView { gpus: vec![g] };
+    let slice = |ms: u32| {
+        layout(&format!(
+            "[[gpu]]\nmodel = \"NVIDIA H200\"\nscheduler = {{ policy = \"equal-share\", timeslice_ms = {ms} }}\n"
+        ))
+    };
+    assert!(plan(&slice(3), &host).steps.is_empty());
+    assert_eq!(plan(&slice(5), &host).steps.len(), 1);
+    assert!(plan(&sched("equal-share"), &host).steps.is_empty());
 }
 
 #[test]
