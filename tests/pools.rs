@@ -33,11 +33,10 @@ async fn wait_spares(c: &Client, n: usize, not: &[String]) -> Vec<String> {
     }
 }
 
-/// A Turing host with the layout `vdi`: two spares of RTX6000-2Q on the first GPU, and a
-/// forecast entry of RTX6000-1Q on the second (no history yet: its min, 1; a GPU in
-/// equal-size mode holds one type).
-async fn host() -> (Setup, Client) {
-    let s = Setup::new(&["nvidia-turing"]).await;
+/// vgpud on a simulated host of `profile`, which has two NVIDIA GPUs: the client, the GPUs'
+/// addresses in order and the layouts folder (made).
+async fn two_gpus(profile: &str) -> (Setup, Client, Vec<String>, std::path::PathBuf) {
+    let s = Setup::new(&[profile]).await;
     let c = Client::from_connection(s.conn.clone())
         .await
         .expect("client");
@@ -46,6 +45,14 @@ async fn host() -> (Setup, Client) {
     assert_eq!(gpus.len(), 2, "{gpus:?}");
     let dir = s.host.path("etc/vgpud/layouts");
     std::fs::create_dir_all(&dir).expect("layouts dir");
+    (s, c, gpus, dir)
+}
+
+/// A Turing host with the layout `vdi`: two spares of RTX6000-2Q on the first GPU, and a
+/// forecast entry of RTX6000-1Q on the second (no history yet: its min, 1; a GPU in
+/// equal-size mode holds one type).
+async fn host() -> (Setup, Client) {
+    let (s, c, gpus, dir) = two_gpus("nvidia-turing").await;
     std::fs::write(
         dir.join("vdi.toml"),
         format!(
@@ -483,15 +490,7 @@ async fn placement_of(s: &Setup, c: &Client, uuid: &str) -> String {
 
 #[tokio::test]
 async fn a_fragmented_mixed_size_gpu_of_spares_frees_one_run_never_one_with_a_desktop() {
-    let s = Setup::new(&["nvidia-l40s"]).await;
-    let c = Client::from_connection(s.conn.clone())
-        .await
-        .expect("client");
-    let mut gpus = s.gpus_with_driver("nvidia").await;
-    gpus.sort();
-    assert_eq!(gpus.len(), 2, "{gpus:?}");
-    let dir = s.host.path("etc/vgpud/layouts");
-    std::fs::create_dir_all(&dir).expect("layouts dir");
+    let (s, c, gpus, dir) = two_gpus("nvidia-l40s").await;
     let layout = |counts: [u32; 2]| {
         gpus.iter()
             .zip(counts)
