@@ -384,7 +384,8 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
     assert!(error_message(&e).contains("nothing to do"), "{e}");
 
     // In mixed-size mode the driver offers no fixed share: vgpud refuses it in its own words
-    // before asking the driver (which would refuse too); equal share still goes.
+    // before asking the driver (which would refuse too); equal share still goes, at the
+    // driver's default time slice (none given: 0, which NVML takes as "the default").
     let other = h200_gpus(&s).await[1].clone();
     m.set_vf_count(&other, 32, opts(&[])).await.expect("VFs on");
     m.set_heterogeneous_mode(&other, true, opts(&[]))
@@ -399,12 +400,10 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
         error_message(&e).contains("where the driver offers only best-effort and equal-share"),
         "{e}"
     );
-    let equal: std::collections::HashMap<&str, Variant<'_>> = [
-        ("policy", Variant::from("equal-share")),
-        ("timeslice_ms", Variant::from(3_u32)),
-    ]
-    .into_iter()
-    .collect();
+    let equal: std::collections::HashMap<&str, Variant<'_>> =
+        [("policy", Variant::from("equal-share"))]
+            .into_iter()
+            .collect();
     let r = n
         .set_scheduler(&other, equal)
         .await

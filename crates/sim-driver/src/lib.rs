@@ -821,13 +821,20 @@ impl GpuState {
     /// sysfs). NotSupported: MIG on (MIG-backed vGPUs are not time-sliced), or fixed share in
     /// heterogeneous mode; InUse: a VM runs on the GPU; InvalidArgument: policy, ARR mode or a
     /// parameter out of range ([`scheduler_limits`]). Parameters not used by the setting keep
-    /// their stored values.
+    /// their stored values. A time slice, averaging factor or frequency of 0 asks for the
+    /// driver's default (NVML's `nvmlVgpuSchedulerSetParams_t`: "0 or unspecified uses
+    /// default"), the values of [`SchedulerState::default`].
     pub fn set_scheduler(
         &mut self,
-        new: SchedulerState,
+        mut new: SchedulerState,
         vms_running: bool,
     ) -> Result<(), DriverError> {
         use scheduler_limits::*;
+        let defaults = SchedulerState::default();
+        let or_default = |v: u32, d: u32| if v == 0 { d } else { v };
+        new.timeslice_ms = or_default(new.timeslice_ms, defaults.timeslice_ms);
+        new.avg_factor = or_default(new.avg_factor, defaults.avg_factor);
+        new.frequency_hz = or_default(new.frequency_hz, defaults.frequency_hz);
         if self.mig.current {
             return Err(DriverError::NotSupported(
                 "the vGPU scheduler cannot be set while MIG is enabled".into(),

@@ -277,6 +277,16 @@ fn scheduler_rules() {
         s.set_scheduler(eq, true),
         Err(DriverError::InUse(_))
     ));
+    // 0 asks for the driver's default (NVML: "0 or unspecified uses default").
+    s.set_scheduler(
+        SchedulerState {
+            timeslice_ms: 0,
+            ..eq
+        },
+        false,
+    )
+    .unwrap();
+    assert_eq!(s.scheduler.timeslice_ms, 2);
     s.set_scheduler(eq, false).unwrap();
     assert_eq!(s.scheduler.timeslice_ms, 5);
     let bad = SchedulerState {
