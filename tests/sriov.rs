@@ -519,3 +519,54 @@ async fn heterogeneous_mode_mixes_sizes_at_placements_and_comes_back_after_a_reb
         .expect("back to equal size");
     assert_eq!(available(&s, &pf, "L40S-4Q").await, 12);
 }
+
+#[tokio::test]
+async fn a_placement_asked_for_is_checked_against_the_mode_the_type_and_what_is_taken() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    let at = |ty: &str, id: u32| {
+        s.busctl_create(
+            ty,
+            &[
+                ("parent", &pf),
+                ("params", &format!("vgpu-placement-id={id}")),
+            ],
+        )
+    };
+    // Equal-size mode has no placements to ask for.
+    let e = at("L40S-8Q", 24).expect_err("equal-size mode");
+    assert!(e.contains("applies in heterogeneous mode"), "{e}");
+    m.set_heterogeneous_mode(&pf, true, opts(&[]))
+        .await
+        .expect("mixed-size on");
+    // 8 GiB types sit at 0, 12, 24 and 36 (12 GiB placements): 6 is none of them.
+    let e = at("L40S-8Q", 6).expect_err("not an 8Q placement");
+    assert!(
+        e.contains("is no placement of NVIDIA L40S-8Q") && e.contains("0, 12, 24, 36"),
+        "{e}"
+    );
+    let big = at("L40S-8Q", 24).expect("8Q at 24");
+    let vf = device_proxy(&s.conn, &big)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/placement_id")), "24");
+    // Taken: the same placement, and a 4Q's (6 GiB placements) inside the 8Q's run.
+    let e = at("L40S-8Q", 24).expect_err("24 is taken");
+    assert!(
+        e.contains("placement 24 is taken (free for NVIDIA L40S-8Q: 0, 12, 36)"),
+        "{e}"
+    );
+    let e = at("L40S-4Q", 30).expect_err("30 is inside the 8Q");
+    assert!(e.contains("placement 30 is taken"), "{e}");
+    let small = at("L40S-4Q", 42).expect("4Q at 42");
+    let vf = device_proxy(&s.conn, &small)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/placement_id")), "42");
+}
