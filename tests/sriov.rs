@@ -570,3 +570,21 @@ async fn a_placement_asked_for_is_checked_against_the_mode_the_type_and_what_is_
         .expect("Address");
     assert_eq!(sys(&s, &format!("{vf}/nvidia/placement_id")), "42");
 }
+
+#[tokio::test]
+async fn a_full_vf_refusal_says_what_runs_on_the_gpu() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    for _ in 0..2 {
+        s.busctl_create("L40S-4Q", &[("parent", &pf)]).expect("4Q");
+    }
+    let e = s
+        .busctl_create("L40S-8Q", &[("parent", &pf)])
+        .expect_err("one size at a time");
+    assert!(
+        e.contains("runs 2× NVIDIA L40S-4Q, and the driver offers no NVIDIA L40S-8Q next to them"),
+        "{e}"
+    );
+}
