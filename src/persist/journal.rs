@@ -216,11 +216,8 @@ struct Dirty {
 }
 
 impl Dirty {
-    fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.dirs.is_empty()
-    }
-
-    /// Syncs every file that still exists, then every directory.
+    /// Syncs every file that is still a regular file (a link or FIFO put in its place is
+    /// neither followed nor waited on), then every directory that still exists.
     fn sync(&self, storage: &dyn Storage) -> PersistResult<()> {
         use std::os::unix::fs::OpenOptionsExt;
         for path in &self.files {
@@ -231,11 +228,11 @@ impl Dirty {
                 )
                 .open(path);
             match file {
-                Ok(f) => storage
+                Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => storage
                     .sync_file(path, &f)
                     .map_err(io_err("syncing", path))?,
                 // Removed or replaced since: the directory's sync covers it.
-                Err(_) => continue,
+                _ => continue,
             }
         }
         for dir in &self.dirs {
@@ -601,8 +598,10 @@ impl Journal {
                 .wait(inner)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+        // Files are dirty only through a commit whose line is still in the journal, so a
+        // journal no longer than its open intents has nothing to make durable.
         let kept: u64 = inner.open.values().map(|l| l.len() as u64).sum();
-        if !inner.pending.is_empty() || (inner.dirty.is_empty() && inner.len <= kept) {
+        if !inner.pending.is_empty() || inner.len <= kept {
             return Ok(());
         }
         inner.leading = true;
@@ -729,6 +728,7 @@ pub fn recover(host: &Host) -> PersistResult<Recovered> {
 mod tests {
     use super::*;
     use crate::persist::intent::{Operation, VERSION};
+    use std::time::Duration;
 
     fn intent(uuid: &str) -> Intent {
         Intent {
@@ -821,6 +821,11 @@ mod tests {
             "var/lib/vgpud/devices/a/u.json",
             "etc/mdevctl.d/../passwd/u",
             "var/lib/vgpud/journal",
+            // At the right depth, but not plain: they would leave vgpud's folders.
+            "etc/mdevctl.d/../u",
+            "etc/mdevctl.d/mtty/..",
+            "var/lib/vgpud/devices/..",
+            "var/lib/vgpud/devices/u\0.json",
         ] {
             assert!(checked(rel).is_err(), "{rel}");
         }
@@ -835,6 +840,112 @@ mod tests {
         )
         .expect("ops");
         assert_eq!(ops.write[0].mode, 0o644);
+    }
+
+    /// A disk that records the files it syncs and fails every directory sync with EIO.
+    #[derive(Debug, Default)]
+    struct FailingDirs(Mutex<Vec<PathBuf>>);
+
+    impl FailingDirs {
+        fn synced(&self) -> MutexGuard<'_, Vec<PathBuf>> {
+            self.0.lock().expect("not poisoned")
+        }
+    }
+
+    impl Storage for FailingDirs {
+        fn append(&self, file: &fs::File, line: &[u8]) -> io::Result<()> {
+            Disk.append(file, line)
+        }
+        fn sync_journal(&self, file: &fs::File, commits: usize) -> io::Result<()> {
+            Disk.sync_journal(file, commits)
+        }
+        fn sync_file(&self, path: &Path, file: &fs::File) -> io::Result<()> {
+            self.synced().push(path.to_path_buf());
+            Disk.sync_file(path, file)
+        }
+        fn sync_dir(&self, dir: &Path) -> PersistResult<()> {
+            Err(io_err("syncing directory", dir)(
+                io::Error::from_raw_os_error(nix::libc::EIO),
+            ))
+        }
+        fn replace(&self, path: &Path, content: Vec<u8>) -> PersistResult<()> {
+            Disk.replace(path, content)
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_syncs_the_files_still_there_and_follows_no_link_and_waits_on_no_fifo() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("file");
+        let link = dir.path().join("link");
+        let fifo = dir.path().join("fifo");
+        fs::write(&file, "x").expect("file");
+        std::os::unix::fs::symlink(&file, &link).expect("link");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        let dirty = Dirty {
+            files: [&file, &link, &fifo, &dir.path().join("gone")]
+                .into_iter()
+                .cloned()
+                .collect(),
+            dirs: BTreeSet::new(),
+        };
+        // Opening a FIFO without O_NONBLOCK waits for a writer: the sync runs aside.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let disk = FailingDirs::default();
+            let result = dirty.sync(&disk).map_err(|e| e.to_string());
+            let _ = done.send((result, disk.synced().clone()));
+        });
+        let (result, synced) = finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the sync waited on the FIFO");
+        assert_eq!(result, Ok(()));
+        assert_eq!(synced, vec![file]);
+    }
+
+    #[test]
+    fn a_checkpoint_passes_over_a_removed_folder_and_reports_a_failing_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gone = Dirty {
+            files: BTreeSet::new(),
+            dirs: [dir.path().join("gone")].into(),
+        };
+        assert!(gone.sync(&Disk).is_ok());
+        let failing = Dirty {
+            files: BTreeSet::new(),
+            dirs: [dir.path().to_path_buf()].into(),
+        };
+        let err = failing.sync(&FailingDirs::default()).expect_err("EIO");
+        assert!(err.to_string().contains("syncing directory"), "{err}");
+    }
+
+    #[test]
+    fn an_idle_checkpoint_leaves_the_journal_alone() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let j = of(&host);
+        j.open_intent(&intent(U1)).expect("intent");
+        j.commit(
+            &[FileWrite {
+                path: host.state(&format!("devices/{U1}.json")),
+                content: b"{}\n".to_vec(),
+                mode: 0o600,
+            }],
+            &[],
+        )
+        .expect("commit");
+        let inode = || fs::metadata(path(&host)).expect("journal").ino();
+        let before = inode();
+        j.checkpoint_if_dirty().expect("checkpoint");
+        let after = inode();
+        assert_ne!(
+            before, after,
+            "the commit's checkpoint rewrites the journal"
+        );
+        // Only the open intent is left: nothing to make durable, nothing to shorten.
+        j.checkpoint_if_dirty().expect("checkpoint");
+        assert_eq!(inode(), after);
     }
 
     #[test]
