@@ -949,6 +949,27 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_that_is_a_link_is_never_written_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let elsewhere = dir.path().join("elsewhere");
+        fs::write(&elsewhere, "").expect("file");
+        fs::create_dir_all(host.state("")).expect("dir");
+        std::os::unix::fs::symlink(&elsewhere, path(&host)).expect("link");
+        let j = of(&host);
+        assert!(j.open_intent(&intent(U1)).is_err());
+        assert_eq!(fs::read_to_string(&elsewhere).expect("elsewhere"), "");
+        // Once the link is gone, the journal is made afresh, and closed on exec: the tools
+        // vgpud runs never hold it open.
+        fs::remove_file(path(&host)).expect("rm");
+        j.open_intent(&intent(U1)).expect("a new journal");
+        let file = lock(&j.inner).file.clone().expect("open");
+        let flags = nix::fcntl::fcntl(&*file, nix::fcntl::FcntlArg::F_GETFD).expect("flags");
+        assert_ne!(flags & nix::libc::FD_CLOEXEC, 0);
+        assert_eq!(recover(&host).expect("recover").intents, vec![intent(U1)]);
+    }
+
+    #[test]
     fn an_intent_of_an_unknown_version_sets_the_journal_aside_after_the_entries_before_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let host = Host::new(dir.path());
