@@ -19,6 +19,10 @@ pub(crate) const LENIENT_FILE: &str = "lenient-capacity";
 /// In the simulator's state directory, a file holding the milliseconds every mdev create
 /// takes (a slow driver, for tests of the order in which concurrent requests are served).
 pub(crate) const CREATE_DELAY_FILE: &str = "create-delay-ms";
+/// In the simulator's state directory, a file holding the milliseconds every write of a vGPU
+/// type to a VF takes before the driver looks at the VF (a slow driver, for tests of what
+/// vgpud does when the VFs change between its look and its write).
+pub(crate) const VF_TYPE_DELAY_FILE: &str = "vf-type-delay-ms";
 /// In the simulator's state directory, a file naming the errno (`EIO`, optionally followed by
 /// `once`) with which the driver refuses the writes of a vGPU type to a VF's
 /// `nvidia/current_vgpu_type` (a driver refusing, for tests of how the refusal is answered).
@@ -199,10 +203,13 @@ fn lenient(roots: &Roots) -> bool {
 /// The test option that slows every mdev create down: [`CREATE_DELAY_FILE`] holds a number of
 /// milliseconds (at most 10 s; anything else is no delay).
 fn create_delay(roots: &Roots) -> Option<std::time::Duration> {
-    let ms: u64 = fsx::read_small(&roots.state.join(CREATE_DELAY_FILE))?
-        .trim()
-        .parse()
-        .ok()?;
+    delay_option(&roots.state.join(CREATE_DELAY_FILE))
+}
+
+/// The delay a test option file holds: a number of milliseconds, at most 10 s (anything else
+/// is no delay).
+pub(crate) fn delay_option(file: &Path) -> Option<std::time::Duration> {
+    let ms: u64 = fsx::read_small(file)?.trim().parse().ok()?;
     (ms > 0).then(|| std::time::Duration::from_millis(ms.min(10_000)))
 }
 

@@ -69,6 +69,10 @@
 //!   own accounting stands between a storm and an over-committed GPU.
 //! - `create-delay-ms` (a number, at most 10000): every mdev create takes that long, with the
 //!   parent's lock held, like a slow driver; concurrent requests then overlap in a known way.
+//! - `vf-type-delay-ms` (a number, at most 10000): every write of a vGPU type to a VF
+//!   (`<vf>/nvidia/current_vgpu_type` ← non-zero) waits that long before the driver looks at
+//!   the VF, holding no lock, like a slow driver: whatever changes meanwhile (another write)
+//!   is what the write finds.
 //! - `fail-vf-type-write` (an errno name: `EPERM`, `EIO`, `EINVAL`, `ENOSPC`, `EBUSY`, `ENODEV`,
 //!   `EACCES`, `EEXIST`, `ENOENT`, `ENXIO`, `EAGAIN` or `ENOMEM`, optionally followed by
 //!   `once`): a driver that refuses. A write of a vGPU type to a VF without one
@@ -176,6 +180,13 @@ impl Simulator {
     pub fn write(&self, root: &Path, path: &Path, value: &str) -> io::Result<()> {
         if let Some(done) = write_mdev_shared(root, path, value)? {
             return done;
+        }
+        // A slow driver takes its time before it looks at the VF (nothing is locked yet).
+        if path.ends_with("nvidia/current_vgpu_type") && value.trim() != "0" {
+            let state = root.join(journal::STATE_DIR);
+            if let Some(delay) = kernel::delay_option(&state.join(kernel::VF_TYPE_DELAY_FILE)) {
+                std::thread::sleep(delay);
+            }
         }
         let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
         recover_locked(root)?;

@@ -721,7 +721,7 @@ fn current_vgpu_type_follows_the_driver() {
 }
 
 #[test]
-fn test_options_make_the_driver_refuse_type_and_params_writes() {
+fn test_options_make_the_driver_refuse_or_delay_type_and_params_writes() {
     let (_dir, host) = host("nvidia-l40s");
     assert_eq!(sriov_manage(&host, &["-e", L40S0]).status, 0);
     let vfs = vfs_of("41");
@@ -749,6 +749,13 @@ fn test_options_make_the_driver_refuse_type_and_params_writes() {
     set_type(&host, vf0, "0").expect("release");
     option(kernel::FAIL_VF_TYPE_FILE, "ENOSUCH");
     set_type(&host, vf0, "1150").expect("4Q again");
+    // A slow driver: type writes take their time, releases do not wait.
+    option(kernel::VF_TYPE_DELAY_FILE, "300");
+    let start = std::time::Instant::now();
+    set_type(&host, vf0, "0").expect("release");
+    assert!(start.elapsed() < std::time::Duration::from_millis(300));
+    set_type(&host, vf0, "1150").expect("4Q, slowly");
+    assert!(start.elapsed() >= std::time::Duration::from_millis(300));
 }
 
 fn nvidia_smi(host: &SimHost, args: &[&str]) -> ToolOutput {
