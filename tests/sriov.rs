@@ -792,3 +792,37 @@ async fn a_vf_given_to_a_new_vgpu_is_taken_from_the_record_that_named_it() {
     assert!(dev.active().await.expect("Active"));
     assert_eq!(dev.address().await.expect("Address"), vf);
 }
+
+#[tokio::test]
+async fn of_two_sizes_asked_at_once_the_second_finds_the_first_running_and_no_vf_for_it() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    // A slow driver: both creates find every VF free before either's type lands; the
+    // second, under the GPU's lock, then finds the VFs offering only the first one's size.
+    sim_option(&s, "vf-type-delay-ms", "1500");
+    let (big, small) = tokio::join!(
+        m.create_device("L40S-8Q", opts(&[("parent", &pf)])),
+        m.create_device("L40S-4Q", opts(&[("parent", &pf)])),
+    );
+    let (err, made, other) = match (big, small) {
+        (Ok(_), Err(e)) => (e, "NVIDIA L40S-8Q", "NVIDIA L40S-4Q"),
+        (Err(e), Ok(_)) => (e, "NVIDIA L40S-4Q", "NVIDIA L40S-8Q"),
+        other => panic!("one size only: {other:?}"),
+    };
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NoCapacity", "{err}");
+    assert!(
+        error_message(&err).contains(&format!(
+            "runs 1× {made}, and the driver offers no {other} next to them"
+        )),
+        "no VF was given the other size: {err}"
+    );
+    let types: Vec<String> = vf_types(&s, &pf)
+        .await
+        .into_iter()
+        .map(|(t, _)| t)
+        .filter(|t| t != "0")
+        .collect();
+    assert_eq!(types.len(), 1, "{types:?}");
+}
