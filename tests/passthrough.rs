@@ -286,3 +286,34 @@ async fn vdi_domains_take_passthrough_and_sriov_vgpu_devices() {
     common::libvirt::assert_valid_domain(&xml);
     common::libvirt::assert_defines(&xml);
 }
+
+#[tokio::test]
+async fn capacity_counts_the_gpus_a_create_would_give_whole() {
+    let s = Setup::new(PASSTHROUGH).await;
+    let m = s.manager().await;
+    let capacity = |parent: &'static str| {
+        let m = m.clone();
+        async move {
+            let o = if parent.is_empty() {
+                opts(&[])
+            } else {
+                opts(&[("parent", parent)])
+            };
+            m.get_capacity("passthrough", o).await.expect(parent)
+        }
+    };
+    // (a) can go; (b) draws the console and (c) shares its group with a NIC: without force
+    // a create refuses them, so they are not counted.
+    assert_eq!(capacity(CLEAN).await, 1);
+    assert_eq!(capacity(CONSOLE).await, 0);
+    assert_eq!(capacity(SHARED).await, 0);
+    assert_eq!(capacity("").await, 1, "the host's GPUs");
+    let (uuid, _) = m
+        .create_device("passthrough", opts(&[("parent", CLEAN)]))
+        .await
+        .expect("passthrough");
+    assert_eq!(capacity(CLEAN).await, 0, "given already");
+    assert_eq!(capacity("").await, 0);
+    m.remove_device(&uuid, opts(&[])).await.expect("remove");
+    assert_eq!(capacity(CLEAN).await, 1);
+}

@@ -588,3 +588,241 @@ async fn a_full_vf_refusal_says_what_runs_on_the_gpu() {
         "{e}"
     );
 }
+
+/// Sets a test option of the simulated host (see `crates/sim/src/lib.rs`).
+fn sim_option(s: &Setup, name: &str, value: &str) {
+    let dir = s.host.path("run/vgpud-simulator");
+    std::fs::create_dir_all(&dir).expect("state dir");
+    std::fs::write(dir.join(name), value).expect("write option");
+}
+
+fn sim_option_off(s: &Setup, name: &str) {
+    std::fs::remove_file(s.host.path("run/vgpud-simulator").join(name)).expect("option off");
+}
+
+/// The vGPU types of every VF of `pf` (`current_vgpu_type`), and their params.
+async fn vf_types(s: &Setup, pf: &str) -> Vec<(String, String)> {
+    let vfs = gpu_proxy(&s.conn, pf).await.vfs().await.expect("Vfs");
+    vfs.iter()
+        .map(|vf| {
+            (
+                sys(s, &format!("{vf}/nvidia/current_vgpu_type")),
+                sys(s, &format!("{vf}/nvidia/vgpu_params")),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_driver_refusing_a_vf_type_is_answered_by_its_errno() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    let untouched = vec![("0".to_string(), String::new()); 32];
+    // EPERM: another writer set a type on the VF first; EIO: the driver cannot place the
+    // type. Both are a GPU without room, said with the driver's answer.
+    for (errno, says) in [
+        ("EPERM", "was given a vGPU by someone else meanwhile"),
+        ("EIO", "the driver refused NVIDIA L40S-4Q on VF"),
+    ] {
+        sim_option(&s, "fail-vf-type-write", errno);
+        let err = m
+            .create_device("L40S-4Q", opts(&[("parent", &pf)]))
+            .await
+            .expect_err(errno);
+        assert_eq!(
+            error_name(&err),
+            "org.vgpud1.Error.NoCapacity",
+            "{errno}: {err}"
+        );
+        assert!(error_message(&err).contains(says), "{errno}: {err}");
+        assert_eq!(vf_types(&s, &pf).await, untouched, "{errno}");
+    }
+    // EINVAL: the driver does not take the type at all.
+    sim_option(&s, "fail-vf-type-write", "EINVAL");
+    let err = m
+        .create_device("L40S-4Q", opts(&[("parent", &pf)]))
+        .await
+        .expect_err("EINVAL");
+    assert_eq!(
+        error_name(&err),
+        "org.vgpud1.Error.InvalidArgument",
+        "{err}"
+    );
+    assert!(
+        error_message(&err).contains("the driver rejected type nvidia-1150 on VF"),
+        "{err}"
+    );
+    // In heterogeneous mode the params go first: a refused type takes them back.
+    sim_option_off(&s, "fail-vf-type-write");
+    m.set_heterogeneous_mode(&pf, true, opts(&[]))
+        .await
+        .expect("mixed-size on");
+    sim_option(&s, "fail-vf-type-write", "EINVAL");
+    let err = m
+        .create_device(
+            "L40S-4Q",
+            opts(&[("parent", &pf), ("params", "frame_rate_limiter=0")]),
+        )
+        .await
+        .expect_err("EINVAL with params");
+    assert_eq!(
+        error_name(&err),
+        "org.vgpud1.Error.InvalidArgument",
+        "{err}"
+    );
+    assert_eq!(vf_types(&s, &pf).await, untouched, "the params are cleared");
+    assert!(m.list_devices().await.expect("ListDevices").is_empty());
+    // Once the driver takes it, the same create lands.
+    sim_option_off(&s, "fail-vf-type-write");
+    let (uuid, _) = m
+        .create_device(
+            "L40S-4Q",
+            opts(&[("parent", &pf), ("params", "frame_rate_limiter=0")]),
+        )
+        .await
+        .expect("the driver takes it");
+    let vf = device_proxy(&s.conn, &uuid)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    assert_eq!(sys(&s, &format!("{vf}/nvidia/current_vgpu_type")), "1150");
+    assert_eq!(
+        sys(&s, &format!("{vf}/nvidia/vgpu_params")),
+        "frame_rate_limiter=0"
+    );
+}
+
+#[tokio::test]
+async fn a_driver_refusing_the_params_leaves_no_half_made_vgpu() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    // In equal-size mode the params follow the type: refused, the type goes again.
+    sim_option(&s, "fail-vgpu-params-write", "EINVAL");
+    let err = m
+        .create_device(
+            "L40S-4Q",
+            opts(&[("parent", &pf), ("params", "frame_rate_limiter=0")]),
+        )
+        .await
+        .expect_err("params refused");
+    assert_eq!(
+        error_name(&err),
+        "org.vgpud1.Error.InvalidArgument",
+        "{err}"
+    );
+    assert!(
+        error_message(&err)
+            .contains("the driver rejected nvidia/vgpu_params=\"frame_rate_limiter=0\" on VF")
+            && error_message(&err).contains("so the vGPU was not kept"),
+        "{err}"
+    );
+    assert_eq!(
+        vf_types(&s, &pf).await,
+        vec![("0".to_string(), String::new()); 32],
+        "no VF keeps the type"
+    );
+    assert_eq!(available(&s, &pf, "L40S-8Q").await, 6, "every size is free");
+    assert!(m.list_devices().await.expect("ListDevices").is_empty());
+    // Without params there is nothing to refuse; a persistent device asked not to start at
+    // boot does not.
+    let mut o = opts(&[("parent", &pf)]);
+    o.extend(bool_opts(&[("persistent", true), ("autostart", false)]));
+    let (uuid, _) = m.create_device("L40S-4Q", o).await.expect("no params");
+    let dev = device_proxy(&s.conn, &uuid).await;
+    assert!(dev.active().await.expect("Active"));
+    assert!(dev.persistent().await.expect("Persistent"));
+    assert!(!dev.autostart().await.expect("Autostart"));
+}
+
+/// A persistent SR-IOV vGPU that lost its VF: defined, inactive, no VF, no IOMMU group.
+async fn holds_no_vf(s: &Setup, uuid: &str, when: &str) {
+    let dev = device_proxy(&s.conn, uuid).await;
+    assert_eq!(dev.address().await.expect("Address"), "", "{when}");
+    assert!(!dev.active().await.expect("Active"), "{when}");
+    assert_eq!(dev.iommu_group().await.expect("IommuGroup"), -1, "{when}");
+    assert!(dev.persistent().await.expect("Persistent"), "{when}");
+}
+
+#[tokio::test]
+async fn a_vf_given_to_a_new_vgpu_is_taken_from_the_record_that_named_it() {
+    let mut s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    let (old, _) = m
+        .create_device("L40S-4Q", opts(&[("parent", &pf)]))
+        .await
+        .expect("a persistent 4Q");
+    let dev = device_proxy(&s.conn, &old).await;
+    let vf = dev.address().await.expect("Address");
+    assert!(dev.iommu_group().await.expect("IommuGroup") >= 0);
+    // Another tool releases the VF (no uevent: vgpud does not know yet), and a create of
+    // another size lands on it.
+    vgpud::host::Host::simulated(&s.host.root)
+        .write_attr(
+            &s.host.path(&format!(
+                "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+            )),
+            "0",
+        )
+        .expect("release behind vgpud's back");
+    let (new, _) = m
+        .create_device("L40S-8Q", opts(&[("parent", &pf)]))
+        .await
+        .expect("8Q on the free GPU");
+    assert_eq!(
+        device_proxy(&s.conn, &new)
+            .await
+            .address()
+            .await
+            .expect("Address"),
+        vf,
+        "the first free VF"
+    );
+    holds_no_vf(&s, &old, "at once").await;
+    drop(m);
+    s.restart().await;
+    holds_no_vf(&s, &old, "after a restart").await;
+    let dev = device_proxy(&s.conn, &new).await;
+    assert!(dev.active().await.expect("Active"));
+    assert_eq!(dev.address().await.expect("Address"), vf);
+}
+
+#[tokio::test]
+async fn of_two_sizes_asked_at_once_the_second_finds_the_first_running_and_no_vf_for_it() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    // A slow driver: both creates find every VF free before either's type lands; the
+    // second, under the GPU's lock, then finds the VFs offering only the first one's size.
+    sim_option(&s, "vf-type-delay-ms", "1500");
+    let (big, small) = tokio::join!(
+        m.create_device("L40S-8Q", opts(&[("parent", &pf)])),
+        m.create_device("L40S-4Q", opts(&[("parent", &pf)])),
+    );
+    let (err, made, other) = match (big, small) {
+        (Ok(_), Err(e)) => (e, "NVIDIA L40S-8Q", "NVIDIA L40S-4Q"),
+        (Err(e), Ok(_)) => (e, "NVIDIA L40S-4Q", "NVIDIA L40S-8Q"),
+        other => panic!("one size only: {other:?}"),
+    };
+    assert_eq!(error_name(&err), "org.vgpud1.Error.NoCapacity", "{err}");
+    assert!(
+        error_message(&err).contains(&format!(
+            "runs 1× {made}, and the driver offers no {other} next to them"
+        )),
+        "no VF was given the other size: {err}"
+    );
+    let types: Vec<String> = vf_types(&s, &pf)
+        .await
+        .into_iter()
+        .map(|(t, _)| t)
+        .filter(|t| t != "0")
+        .collect();
+    assert_eq!(types.len(), 1, "{types:?}");
+}

@@ -19,6 +19,17 @@ pub(crate) const LENIENT_FILE: &str = "lenient-capacity";
 /// In the simulator's state directory, a file holding the milliseconds every mdev create
 /// takes (a slow driver, for tests of the order in which concurrent requests are served).
 pub(crate) const CREATE_DELAY_FILE: &str = "create-delay-ms";
+/// In the simulator's state directory, a file holding the milliseconds every write of a vGPU
+/// type to a VF takes before the driver looks at the VF (a slow driver, for tests of what
+/// vgpud does when the VFs change between its look and its write).
+pub(crate) const VF_TYPE_DELAY_FILE: &str = "vf-type-delay-ms";
+/// In the simulator's state directory, a file naming the errno (`EIO`, optionally followed by
+/// `once`) with which the driver refuses the writes of a vGPU type to a VF's
+/// `nvidia/current_vgpu_type` (a driver refusing, for tests of how the refusal is answered).
+pub(crate) const FAIL_VF_TYPE_FILE: &str = "fail-vf-type-write";
+/// In the simulator's state directory, a file naming the errno (optionally followed by
+/// `once`) with which the driver refuses writes to `nvidia/vgpu_params`.
+pub(crate) const FAIL_VGPU_PARAMS_FILE: &str = "fail-vgpu-params-write";
 
 /// The kernel's `UUID_STRING_LEN`.
 const UUID_STRING_LEN: usize = 36;
@@ -192,11 +203,44 @@ fn lenient(roots: &Roots) -> bool {
 /// The test option that slows every mdev create down: [`CREATE_DELAY_FILE`] holds a number of
 /// milliseconds (at most 10 s; anything else is no delay).
 fn create_delay(roots: &Roots) -> Option<std::time::Duration> {
-    let ms: u64 = fsx::read_small(&roots.state.join(CREATE_DELAY_FILE))?
-        .trim()
-        .parse()
-        .ok()?;
+    delay_option(&roots.state.join(CREATE_DELAY_FILE))
+}
+
+/// The delay a test option file holds: a number of milliseconds, at most 10 s (anything else
+/// is no delay).
+pub(crate) fn delay_option(file: &Path) -> Option<std::time::Duration> {
+    let ms: u64 = fsx::read_small(file)?.trim().parse().ok()?;
     (ms > 0).then(|| std::time::Duration::from_millis(ms.min(10_000)))
+}
+
+/// A test option that makes a write fail (see the crate doc): the errno the file `name` in the
+/// simulator's state directory names, if it names one of the errnos below; a file whose
+/// second word is `once` is removed as it fires, so only the next such write fails.
+pub(crate) fn injected_failure(roots: &Roots, name: &str) -> io::Result<Option<io::Error>> {
+    let file = roots.state.join(name);
+    let Some(text) = fsx::read_small(&file) else {
+        return Ok(None);
+    };
+    let mut words = text.split_whitespace();
+    let e = match words.next() {
+        Some("EPERM") => Errno::EPERM,
+        Some("ENOENT") => Errno::ENOENT,
+        Some("EIO") => Errno::EIO,
+        Some("ENXIO") => Errno::ENXIO,
+        Some("EAGAIN") => Errno::EAGAIN,
+        Some("ENOMEM") => Errno::ENOMEM,
+        Some("EACCES") => Errno::EACCES,
+        Some("EBUSY") => Errno::EBUSY,
+        Some("EEXIST") => Errno::EEXIST,
+        Some("ENODEV") => Errno::ENODEV,
+        Some("EINVAL") => Errno::EINVAL,
+        Some("ENOSPC") => Errno::ENOSPC,
+        _ => return Ok(None),
+    };
+    if words.next() == Some("once") {
+        fsx::remove_quiet(&file)?;
+    }
+    Ok(Some(errno(e)))
 }
 
 /// `create_store`: exactly 36 or 37 bytes (the kernel ignores what the 37th byte is, normally
@@ -432,6 +476,11 @@ pub(crate) fn write_plain(roots: &Roots, path: &Path, value: &str) -> io::Result
     let mode = meta.permissions().mode();
     if mode & 0o222 == 0 {
         return Err(errno(Errno::EACCES));
+    }
+    if path.ends_with("nvidia/vgpu_params") {
+        if let Some(e) = injected_failure(roots, FAIL_VGPU_PARAMS_FILE)? {
+            return Err(e);
+        }
     }
     journaled(roots, &Entry::write(path), false, || {
         fsx::write_atomic(path, value, mode & 0o7777)

@@ -63,12 +63,24 @@
 //!   permission bits, as kernfs refuses writes to attributes with no store method).
 //!
 //! Test options, off by default, each a file in `ROOT/run/vgpud-simulator/` (gone with a
-//! simulated reboot, like the rest of `run/`), read at every mdev create:
+//! simulated reboot, like the rest of `run/`), read at every write they concern:
 //! - `lenient-capacity` (present): a lenient kernel. A create on a type whose
 //!   `available_instances` reads 0 succeeds anyway (the count stays 0), so only the daemon's
 //!   own accounting stands between a storm and an over-committed GPU.
 //! - `create-delay-ms` (a number, at most 10000): every mdev create takes that long, with the
 //!   parent's lock held, like a slow driver; concurrent requests then overlap in a known way.
+//! - `vf-type-delay-ms` (a number, at most 10000): every write of a vGPU type to a VF
+//!   (`<vf>/nvidia/current_vgpu_type` ← non-zero) waits that long before the driver looks at
+//!   the VF, holding no lock, like a slow driver: whatever changes meanwhile (another write)
+//!   is what the write finds.
+//! - `fail-vf-type-write` (an errno name: `EPERM`, `EIO`, `EINVAL`, `ENOSPC`, `EBUSY`, `ENODEV`,
+//!   `EACCES`, `EEXIST`, `ENOENT`, `ENXIO`, `EAGAIN` or `ENOMEM`, optionally followed by
+//!   `once`): a driver that refuses. A write of a vGPU type to a VF without one
+//!   (`<vf>/nvidia/current_vgpu_type` ← non-zero) fails with that errno and changes nothing;
+//!   with `once` the file is removed as it fires, so only the next such write fails. Releases
+//!   (← 0) are never refused by it; a name not listed is no option.
+//! - `fail-vgpu-params-write` (the same form): every write to a `nvidia/vgpu_params` (of a VF
+//!   or an mdev) fails with that errno, or the next one only.
 //!
 //! [`Simulator::run_tool`] carries out NVIDIA's `sriov-manage` as the sequence of such writes
 //! the real script makes, each one atomic (`-e` also wipes the GPU's GPU instances in the
@@ -168,6 +180,13 @@ impl Simulator {
     pub fn write(&self, root: &Path, path: &Path, value: &str) -> io::Result<()> {
         if let Some(done) = write_mdev_shared(root, path, value)? {
             return done;
+        }
+        // A slow driver takes its time before it looks at the VF (nothing is locked yet).
+        if path.ends_with("nvidia/current_vgpu_type") && value.trim() != "0" {
+            let state = root.join(journal::STATE_DIR);
+            if let Some(delay) = kernel::delay_option(&state.join(kernel::VF_TYPE_DELAY_FILE)) {
+                std::thread::sleep(delay);
+            }
         }
         let _guard = journal::lock(&root.join(journal::STATE_DIR))?;
         recover_locked(root)?;

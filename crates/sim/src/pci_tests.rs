@@ -720,6 +720,44 @@ fn current_vgpu_type_follows_the_driver() {
     assert_same(&snapshot(dir.path()), &enabled, "after release");
 }
 
+#[test]
+fn test_options_make_the_driver_refuse_or_delay_type_and_params_writes() {
+    let (_dir, host) = host("nvidia-l40s");
+    assert_eq!(sriov_manage(&host, &["-e", L40S0]).status, 0);
+    let vfs = vfs_of("41");
+    let vf0 = vfs[0].as_str();
+    let state = host.root().join(journal::STATE_DIR);
+    let option = |name: &str, value: &str| fs::write(state.join(name), value).expect("option");
+    let params = format!("bus/pci/devices/{vf0}/nvidia/vgpu_params");
+    // Every type write fails with the errno named, until the file goes.
+    option(kernel::FAIL_VF_TYPE_FILE, "EINVAL\n");
+    for _ in 0..2 {
+        assert_eq!(set_type(&host, vf0, "1150"), e(Errno::EINVAL));
+    }
+    assert_eq!(attr(&host, vf0, "nvidia/current_vgpu_type"), "0\n");
+    // `once`: the next one only.
+    option(kernel::FAIL_VF_TYPE_FILE, "EPERM once");
+    assert_eq!(set_type(&host, vf0, "1150"), e(Errno::EPERM));
+    assert!(!state.join(kernel::FAIL_VF_TYPE_FILE).exists());
+    set_type(&host, vf0, "1150").expect("4Q");
+    // A release is never refused by it; nor is a name it does not know a refusal.
+    option(kernel::FAIL_VF_TYPE_FILE, "EIO");
+    option(kernel::FAIL_VGPU_PARAMS_FILE, "EIO once");
+    assert_eq!(write(&host, &params, "frame_rate_limiter=0"), e(Errno::EIO));
+    assert_eq!(attr(&host, vf0, "nvidia/vgpu_params"), "");
+    write(&host, &params, "frame_rate_limiter=0").expect("params");
+    set_type(&host, vf0, "0").expect("release");
+    option(kernel::FAIL_VF_TYPE_FILE, "ENOSUCH");
+    set_type(&host, vf0, "1150").expect("4Q again");
+    // A slow driver: type writes take their time, releases do not wait.
+    option(kernel::VF_TYPE_DELAY_FILE, "300");
+    let start = std::time::Instant::now();
+    set_type(&host, vf0, "0").expect("release");
+    assert!(start.elapsed() < std::time::Duration::from_millis(300));
+    set_type(&host, vf0, "1150").expect("4Q, slowly");
+    assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+}
+
 fn nvidia_smi(host: &SimHost, args: &[&str]) -> ToolOutput {
     host.run_tool(&host.root().join("usr/bin/nvidia-smi"), args)
         .expect("run")

@@ -451,6 +451,9 @@ pub(crate) fn write_current(roots: &Roots, file: &Path, value: &str) -> io::Resu
     if now != 0 {
         return Err(errno(Errno::EPERM));
     }
+    if let Some(e) = kernel::injected_failure(roots, kernel::FAIL_VF_TYPE_FILE)? {
+        return Err(e);
+    }
     let Some(t) = creatable(vf)?
         .into_iter()
         .find(|t| i64::from(t.id) == value)
