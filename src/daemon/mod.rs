@@ -265,8 +265,8 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     // Spares handed out are made again in the background ([`crate::layout::pools`]), and a
     // create with no room may empty a GPU of spares ([`crate::layout::reshape`]).
     let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
-    crate::layout::reshape::PoolReshaper::install(&engine, Some(libvirt.clone()));
-    if let Err(e) = crate::layout::pools::spawn_refill(engine.clone()) {
+    let reshaper = crate::layout::reshape::PoolReshaper::install(&engine, Some(libvirt.clone()));
+    if let Err(e) = crate::layout::pools::spawn_refill(engine.clone(), reshaper) {
         tracing::error!(error = %e, "could not start the pool refill thread: pools are not refilled");
     }
 

@@ -29,6 +29,7 @@ use crate::host::Host;
 
 use super::file::Layout;
 use super::plan::{self, HostView};
+use super::reshape::PoolReshaper;
 
 /// How long hand-outs must pause before the refill starts (a storm's hand-outs come first).
 pub const REFILL_SETTLE: Duration = Duration::from_secs(1);
@@ -162,7 +163,7 @@ pub fn apply_named(
 }
 
 /// Applies the active layout again (the refill); every step that is not done is logged.
-pub fn refill(engine: &Engine, why: &str) {
+pub fn refill(engine: &Engine, reshaper: &PoolReshaper, why: &str) {
     let Some(name) = active(engine.host()) else {
         return;
     };
@@ -181,7 +182,7 @@ pub fn refill(engine: &Engine, why: &str) {
                 crate::metrics::counters().pool("refill");
                 tracing::info!(layout = %name, steps = done, why, "pools refilled");
             }
-            super::reshape::toward_forecast(engine, &name, &outcomes);
+            reshaper.toward_forecast(engine, &name, &outcomes);
         }
         Err(e) => tracing::warn!(layout = %name, "the active layout cannot be used: {e}"),
     }
@@ -190,7 +191,10 @@ pub fn refill(engine: &Engine, why: &str) {
 /// Runs the refill loop on a thread of its own: after hand-outs (once they pause for
 /// [`REFILL_SETTLE`]), and every [`SIZING_INTERVAL`] while the active layout has forecast
 /// entries.
-pub fn spawn_refill(engine: Arc<Engine>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub fn spawn_refill(
+    engine: Arc<Engine>,
+    reshaper: Arc<PoolReshaper>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("vgpud-refill".into())
         .spawn(move || loop {
@@ -198,9 +202,9 @@ pub fn spawn_refill(engine: Arc<Engine>) -> std::io::Result<std::thread::JoinHan
             if handed_out {
                 // Let the storm's hand-outs gather: refill once they pause.
                 while engine.hand_outs().wait(REFILL_SETTLE) {}
-                refill(&engine, "spares were handed out");
+                refill(&engine, &reshaper, "spares were handed out");
             } else if active_has_forecast(engine.host()) {
-                refill(&engine, "the forecast was looked at again");
+                refill(&engine, &reshaper, "the forecast was looked at again");
             }
         })
 }

@@ -23,19 +23,21 @@
 //!   does not fill the GPU again in between; layouts' own creates never re-shape.
 //! - The pool makes its spares again where they fit, at the next refill.
 //!
-//! The forecast asks too ([`toward_forecast`]): after a refill, a GPU where a forecast entry's
-//! create was refused is re-shaped the same way and the entry's spares made there at once,
-//! but only if the GPU was not re-shaped in the last hour ([`may_reshape`], the hysteresis);
-//! a refused `CreateDevice` always may, and stamps the GPU too.
+//! The forecast asks too ([`PoolReshaper::toward_forecast`]): after a refill, a GPU where a
+//! forecast entry's create was refused is re-shaped the same way and the entry's spares made
+//! there at once, but only if the GPU was not re-shaped in the last hour ([`may_reshape`],
+//! the hysteresis);
+//! a refused `CreateDevice` always may, and stamps the GPU too. The times are the
+//! [`PoolReshaper`]'s, kept in a state file so a restart keeps them ([`super::hysteresis`]).
 //!
 //! [`PoolReshaper`] also says which pool takes a released device back (`keep_released`),
 //! asking libvirt that no running guest holds it.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::engine::{CreateRequest, DeviceInfo, Engine, Reshaper};
+use crate::host::Host;
 use crate::libvirt::{holders, LibvirtError, LibvirtOps};
 use crate::model::MdevType;
 
@@ -43,6 +45,7 @@ use super::plan::DeviceView;
 
 use super::apply::LayoutLock;
 use super::file::{DeviceEntry, Layout};
+use super::hysteresis::LastReshapes;
 use super::plan::{entries_by_gpu, HostView};
 use super::{Outcome, Status};
 
@@ -234,27 +237,6 @@ pub fn may_reshape(last: Option<u64>, now: u64, reason: Reason) -> bool {
     }
 }
 
-/// When each GPU (by host root and address) was last re-shaped, Unix seconds; in memory
-/// (a restart forgets it, so it may allow one more re-shape per GPU).
-static LAST_RESHAPE: Mutex<BTreeMap<(PathBuf, String), u64>> = Mutex::new(BTreeMap::new());
-
-fn last_reshapes() -> MutexGuard<'static, BTreeMap<(PathBuf, String), u64>> {
-    // Every update is one insert: a poisoned lock still holds consistent data.
-    LAST_RESHAPE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn stamp(engine: &Engine, gpu: &str, now: u64) {
-    last_reshapes().insert((engine.host().root().to_path_buf(), gpu.to_string()), now);
-}
-
-fn last_reshape(engine: &Engine, gpu: &str) -> Option<u64> {
-    last_reshapes()
-        .get(&(engine.host().root().to_path_buf(), gpu.to_string()))
-        .copied()
-}
-
 /// The tags of a layout's pools.
 fn pool_tags(layout: &Layout) -> BTreeSet<String> {
     layout
@@ -370,53 +352,6 @@ pub fn refused_forecast_creates(
     out
 }
 
-/// Re-shapes ahead of the forecast, after the refill applied the active layout `name`
-/// (`outcomes`): each GPU where a forecast entry found no room, if it holds only spares of
-/// other types (the rules of [`plan`]) and was not re-shaped in the last [`HYSTERESIS_S`],
-/// is emptied of them and the entry's spares are made there at once, under the GPU's
-/// layout lock, through the engine's own operations (one batch of events, audited as
-/// `RefillPools`). Returns the GPUs re-shaped.
-pub fn toward_forecast(engine: &Engine, name: &str, outcomes: &[Outcome]) -> Vec<String> {
-    let Ok(layout) = super::file::load(engine.host().root(), name) else {
-        return Vec::new();
-    };
-    if !super::pools::has_forecast(&layout) {
-        return Vec::new();
-    }
-    let pools = pool_tags(&layout);
-    let view = super::apply::host_view(engine);
-    let mut done = Vec::new();
-    for (gpu, entry, missing) in refused_forecast_creates(&layout, &view, outcomes) {
-        let _held = LayoutLock::hold(engine.host().root(), vec![gpu.clone()]);
-        let now = crate::persist::now_unix();
-        if !may_reshape(last_reshape(engine, &gpu), now, Reason::Forecast) {
-            tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner,
-                "a re-shape for the forecast waits: the GPU was re-shaped less than an hour ago");
-            continue;
-        }
-        let (shapes, ids) = shapes_of(engine, std::slice::from_ref(&gpu), &entry.type_query);
-        let Some(reshape) = plan(&shapes, &pools, &ids) else {
-            continue;
-        };
-        stamp(engine, &gpu, now);
-        let cause = crate::engine::Cause {
-            method: "RefillPools".into(),
-            ..crate::engine::Cause::default()
-        };
-        let (removed, made) = crate::engine::with_cause(cause, || {
-            engine
-                .events()
-                .batch(|| execute(engine, &reshape, &entry, missing))
-        });
-        tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner, removed, made,
-            layout = %name, reason = Reason::Forecast.name(), mode = reshape.mode(),
-            "re-shaped a GPU of spares toward a type that had no room");
-        crate::metrics::counters().pool("reshape");
-        done.push(gpu);
-    }
-    done
-}
-
 /// Takes a re-shape's steps: its spares removed (each only while still the pool's), then
 /// `missing` spares of `entry` made on the GPU; (removed, made).
 fn execute(
@@ -460,13 +395,76 @@ fn execute(
 /// which pool takes a released device back; libvirt says whether a running guest holds it.
 pub struct PoolReshaper {
     libvirt: Option<Arc<dyn LibvirtOps>>,
+    last: LastReshapes,
 }
 
 impl PoolReshaper {
-    /// Sets it as `engine`'s. Without `libvirt` no released device is kept: whether a
-    /// running guest holds it cannot be told.
-    pub fn install(engine: &Engine, libvirt: Option<Arc<dyn LibvirtOps>>) {
-        engine.set_reshaper(Arc::new(PoolReshaper { libvirt }));
+    /// The reshaper of `host`, with the re-shape times its state directory keeps. Without
+    /// `libvirt` no released device is kept: whether a running guest holds it cannot be told.
+    pub fn new(host: &Host, libvirt: Option<Arc<dyn LibvirtOps>>) -> Self {
+        PoolReshaper {
+            libvirt,
+            last: LastReshapes::load(host),
+        }
+    }
+
+    /// Sets a new one ([`PoolReshaper::new`]) as `engine`'s; the refill takes it too.
+    pub fn install(engine: &Engine, libvirt: Option<Arc<dyn LibvirtOps>>) -> Arc<Self> {
+        let reshaper = Arc::new(Self::new(engine.host(), libvirt));
+        engine.set_reshaper(reshaper.clone());
+        reshaper
+    }
+
+    /// Re-shapes ahead of the forecast, after the refill applied the active layout `name`
+    /// (`outcomes`): each GPU where a forecast entry found no room, if it holds only spares of
+    /// other types (the rules of [`plan`]) and was not re-shaped in the last [`HYSTERESIS_S`],
+    /// is emptied of them and the entry's spares are made there at once, under the GPU's
+    /// layout lock, through the engine's own operations (one batch of events, audited as
+    /// `RefillPools`). Returns the GPUs re-shaped.
+    pub fn toward_forecast(
+        &self,
+        engine: &Engine,
+        name: &str,
+        outcomes: &[Outcome],
+    ) -> Vec<String> {
+        let Ok(layout) = super::file::load(engine.host().root(), name) else {
+            return Vec::new();
+        };
+        if !super::pools::has_forecast(&layout) {
+            return Vec::new();
+        }
+        let pools = pool_tags(&layout);
+        let view = super::apply::host_view(engine);
+        let mut done = Vec::new();
+        for (gpu, entry, missing) in refused_forecast_creates(&layout, &view, outcomes) {
+            let _held = LayoutLock::hold(engine.host().root(), vec![gpu.clone()]);
+            let now = crate::persist::now_unix();
+            if !may_reshape(self.last.of(&gpu), now, Reason::Forecast) {
+                tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner,
+                    "a re-shape for the forecast waits: the GPU was re-shaped less than an hour ago");
+                continue;
+            }
+            let (shapes, ids) = shapes_of(engine, std::slice::from_ref(&gpu), &entry.type_query);
+            let Some(reshape) = plan(&shapes, &pools, &ids) else {
+                continue;
+            };
+            self.last.stamp(&gpu, now);
+            let cause = crate::engine::Cause {
+                method: "RefillPools".into(),
+                ..crate::engine::Cause::default()
+            };
+            let (removed, made) = crate::engine::with_cause(cause, || {
+                engine
+                    .events()
+                    .batch(|| execute(engine, &reshape, &entry, missing))
+            });
+            tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner, removed, made,
+                layout = %name, reason = Reason::Forecast.name(), mode = reshape.mode(),
+                "re-shaped a GPU of spares toward a type that had no room");
+            crate::metrics::counters().pool("reshape");
+            done.push(gpu);
+        }
+        done
     }
 
     /// Why `device` is held by a running guest, or cannot be told not to be: its owner's
@@ -510,7 +508,7 @@ impl Reshaper for PoolReshaper {
         let (shapes, ids) = shapes_of(engine, gpus, &req.type_query);
         let reshape = plan(&shapes, &pools, &ids).filter(|r| r.gpu == first.gpu)?;
         // A refusal may always re-shape; it stamps the GPU all the same.
-        stamp(engine, &reshape.gpu, crate::persist::now_unix());
+        self.last.stamp(&reshape.gpu, crate::persist::now_unix());
         let mut removed = 0;
         for (uuid, owner) in &reshape.remove {
             match engine.remove_spare(uuid, owner) {
