@@ -459,7 +459,7 @@ fn apply_boot_layout(engine: &Engine, name: &str) {
     let outcomes = match crate::layout::pools::apply_named(engine, name, "ApplyLayout") {
         Ok(o) => {
             // Pools are filled from it from now on.
-            if let Err(e) = crate::layout::pools::remember(engine.host(), name) {
+            if let Err(e) = crate::layout::pools::activate(engine, name) {
                 tracing::warn!(layout = name, error = %e, "could not record the active layout");
             }
             o
