@@ -314,9 +314,9 @@ async fn a_released_device_is_reset_and_kept_by_a_short_pool_never_one_a_running
     let running = desktop("test", Some("frame_rate_limiter=0"));
     let released = desktop("vm-a", Some("frame_rate_limiter=0, disable_vnc=1"));
     let extra = desktop("vm-b", None);
-    for i in 0..7 {
-        desktop(&format!("vm-fill-{i}"), None);
-    }
+    let fill: Vec<String> = (0..7)
+        .map(|i| desktop(&format!("vm-fill-{i}"), None))
+        .collect();
     assert!(vgpu_params(&s, &released).contains("disable_vnc=1"));
     // A spare handed out: the pool is one short, and its refill finds no room.
     let first = s
@@ -374,7 +374,8 @@ async fn a_released_device_is_reset_and_kept_by_a_short_pool_never_one_a_running
     assert_eq!(owned_by(&c, POOL).await.len(), 2);
 
     // Kept across a restart like any spare (its record and definition say so).
-    s.restart().await;
+    s.restart_with_args(&["--libvirt-uri", "test:///default"])
+        .await;
     let c = Client::from_connection(s.conn.clone())
         .await
         .expect("client");
@@ -400,11 +401,50 @@ async fn a_released_device_is_reset_and_kept_by_a_short_pool_never_one_a_running
         .fold((0, 0), |(w, r), row| (w + row.2, r + row.5));
     assert_eq!(warm, 3, "three hand-outs, all warm: {rows:?}");
     assert_eq!(released_n, 3, "every release counts, kept or not: {rows:?}");
+
+    // The pool refilled, then one short with no room: a release is kept (vgpud keeps the
+    // active layout in memory from now on)...
+    wait_spares(&c, 2, &got).await;
+    let short = |owner: &'static str| {
+        let s = &s;
+        async move {
+            let refills = s.daemon.log_text().matches("pool refill step").count();
+            s.busctl_create(TYPE, &[("pool", POOL), ("owner", owner)])
+                .expect("a spare");
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while s.daemon.log_text().matches("pool refill step").count() == refills {
+                assert!(Instant::now() < deadline, "no refill was tried");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    short("vm-w").await;
+    assert_eq!(owned_by(&c, POOL).await.len(), 1);
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &fill[0], "0"])
+        .expect("RemoveDevice");
+    assert_eq!(c.device(&fill[0]).await.expect("kept").owner, POOL);
+    // ...until its file changes: with keep_released off, the next release is removed.
+    short("vm-v").await;
+    let file = dir.join("keep.toml");
+    let text = std::fs::read_to_string(&file).expect("layout");
+    std::fs::write(
+        &file,
+        text.replace("keep_released = true", "keep_released = false"),
+    )
+    .expect("layout");
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &fill[1], "0"])
+        .expect("RemoveDevice");
+    assert!(
+        c.device(&fill[1]).await.is_err(),
+        "a pool whose layout no longer keeps released devices kept {}",
+        fill[1]
+    );
+    assert_eq!(owned_by(&c, POOL).await.len(), 1);
 }
 
 #[tokio::test]
 async fn the_forecast_re_shapes_a_gpu_of_spares_and_not_again_within_the_hour() {
-    let (s, c) = host().await;
+    let (mut s, c) = host().await;
     let mut gpus = s.gpus_with_driver("nvidia").await;
     gpus.sort();
     // The first GPU: spares of 4Q, then a forecast pool of 2Q (no history yet: its min,
@@ -437,26 +477,23 @@ devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
     );
     assert_eq!(owned_by(&c, "pool-4q").await.len(), 2);
     let log_count = |s: &Setup, what: &str| s.daemon.log_text().matches(what).count();
-    let wait_for = |what: &'static str, n: usize| {
-        let s = &s;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while log_count(s, what) < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "no {what:?} (#{n}): {}",
-                    s.daemon.log_text()
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+    async fn wait_for(s: &Setup, what: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while s.daemon.log_text().matches(what).count() < n {
+            assert!(
+                Instant::now() < deadline,
+                "no {what:?} (#{n}): {}",
+                s.daemon.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    };
+    }
 
     // A hand-out wakes the refill: the forecast pool finds no room, so the GPU of 4Q
     // spares is re-shaped toward it.
     s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-a")])
         .expect("a spare");
-    wait_for("re-shaped a GPU of spares", 1).await;
+    wait_for(&s, "re-shaped a GPU of spares", 1).await;
     let log = s.daemon.log_text();
     assert!(
         log.contains("reason=\"forecast\"") || log.contains("reason=forecast"),
@@ -466,12 +503,16 @@ devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
     let two = owned_by(&c, "pool-2q").await;
     assert_eq!(two.len(), 1, "the forecast pool's spare is made at once");
 
-    // The next refill finds the 4Q pool short, with no room: within the hour the GPU is
-    // not re-shaped back.
+    // After a restart (the time of the re-shape is kept) the next refill finds the 4Q pool
+    // short, with no room: within the hour the GPU is not re-shaped back.
+    s.restart().await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
     s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-b")])
         .expect("a spare");
-    wait_for("the GPU was re-shaped less than an hour ago", 1).await;
-    assert_eq!(log_count(&s, "re-shaped a GPU of spares"), 1);
+    wait_for(&s, "the GPU was re-shaped less than an hour ago", 1).await;
+    assert_eq!(log_count(&s, "re-shaped a GPU of spares"), 0);
     assert_eq!(owned_by(&c, "pool-2q").await, two);
     assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());
 }

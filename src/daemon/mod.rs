@@ -265,8 +265,8 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     // Spares handed out are made again in the background ([`crate::layout::pools`]), and a
     // create with no room may empty a GPU of spares ([`crate::layout::reshape`]).
     let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
-    crate::layout::reshape::PoolReshaper::install(&engine, Some(libvirt.clone()));
-    if let Err(e) = crate::layout::pools::spawn_refill(engine.clone()) {
+    let reshaper = crate::layout::reshape::PoolReshaper::install(&engine, Some(libvirt.clone()));
+    if let Err(e) = crate::layout::pools::spawn_refill(engine.clone(), reshaper) {
         tracing::error!(error = %e, "could not start the pool refill thread: pools are not refilled");
     }
 
@@ -459,7 +459,7 @@ fn apply_boot_layout(engine: &Engine, name: &str) {
     let outcomes = match crate::layout::pools::apply_named(engine, name, "ApplyLayout") {
         Ok(o) => {
             // Pools are filled from it from now on.
-            if let Err(e) = crate::layout::pools::remember(engine.host(), name) {
+            if let Err(e) = crate::layout::pools::activate(engine, name) {
                 tracing::warn!(layout = name, error = %e, "could not record the active layout");
             }
             o

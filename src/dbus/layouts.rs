@@ -90,7 +90,7 @@ impl LayoutsObject {
                         .changing(cause, &format!("layout {name}"), move || {
                             let outcomes = layout::apply(&engine, &wanted, false);
                             if outcomes.is_ok() {
-                                layout::pools::remember(engine.host(), &active).map_err(|e| {
+                                layout::pools::activate(&engine, &active).map_err(|e| {
                                     crate::engine::EngineError::persist(
                                         format!("recording layout {active} as the active one"),
                                         e,

@@ -727,6 +727,30 @@ impl Engine {
             .collect()
     }
 
+    /// The devices on physical GPU `gpu` (on it or its VFs) whose owner is one of `owners`;
+    /// only those are copied out of the registry.
+    pub fn devices_owned_on(&self, gpu: &str, owners: &BTreeSet<String>) -> Vec<DeviceInfo> {
+        let owned: Vec<DeviceInfo> = lock(&self.registry)
+            .devices
+            .values()
+            .filter(|d| owners.contains(&d.owner))
+            .cloned()
+            .collect();
+        owned
+            .into_iter()
+            .filter(|d| self.gpu_of_parent(&d.parent) == gpu)
+            .collect()
+    }
+
+    /// Every physical GPU's address and model (nothing else copied).
+    pub fn gpu_models(&self) -> Vec<(String, String)> {
+        self.gpus()
+            .values()
+            .filter(|e| e.gpu.is_physical())
+            .map(|e| (e.gpu.address.clone(), e.gpu.model.clone()))
+            .collect()
+    }
+
     /// The physical GPU a device's parent belongs to (the parent itself unless it is a VF).
     pub fn gpu_of_parent(&self, parent: &str) -> String {
         self.physical_of(parent)

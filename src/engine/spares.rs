@@ -61,6 +61,9 @@ pub trait Reshaper: Send + Sync {
     fn pool_for_released(&self, _engine: &Engine, _device: &DeviceInfo) -> Option<String> {
         None
     }
+
+    /// Another layout was made the active one: what was kept of the last is stale.
+    fn layout_activated(&self) {}
 }
 
 /// The engine's reshaper, set once by the daemon.
@@ -96,6 +99,13 @@ impl Engine {
             .collect();
         gpus.dedup();
         reshaper.make_room(self, req, &gpus)
+    }
+
+    /// Tells the reshaper that another layout was made the active one.
+    pub fn layout_activated(&self) {
+        if let Some(r) = self.reshaper.0.get() {
+            r.layout_activated();
+        }
     }
 
     /// The pool a released device goes back to, if the reshaper names one.

@@ -7,6 +7,7 @@
 
 pub mod apply;
 pub mod file;
+pub mod hysteresis;
 pub mod plan;
 pub mod pools;
 pub mod reshape;

@@ -21,14 +21,17 @@
 //!   makes hundreds of devices a second on the simulated host, docs/benchmarks.md), far under an
 //!   hour, so looking one hour ahead covers the time spares take to make.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use crate::engine::Engine;
 use crate::host::Host;
 
 use super::file::Layout;
 use super::plan::{self, HostView};
+use super::reshape::PoolReshaper;
 
 /// How long hand-outs must pause before the refill starts (a storm's hand-outs come first).
 pub const REFILL_SETTLE: Duration = Duration::from_secs(1);
@@ -119,6 +122,14 @@ pub fn remember(host: &Host, name: &str) -> crate::persist::PersistResult<()> {
     crate::persist::write_state_file(&host.state(ACTIVE), format!("{name}\n").as_bytes())
 }
 
+/// Records `name` as the active layout, as [`remember`], and tells `engine`'s reshaper, so
+/// what it kept of the last active layout is read again.
+pub fn activate(engine: &Engine, name: &str) -> crate::persist::PersistResult<()> {
+    let written = remember(engine.host(), name);
+    engine.layout_activated();
+    written
+}
+
 /// The active layout's name; a file that is bad or names no plain layout is set aside.
 pub fn active(host: &Host) -> Option<String> {
     let path = host.state(ACTIVE);
@@ -142,6 +153,144 @@ pub fn active(host: &Host) -> Option<String> {
     }
 }
 
+/// The active layout as read from its files.
+#[derive(Debug)]
+pub struct Active {
+    /// Its name.
+    pub name: String,
+    /// The layout, as its file says (not [`sized`]).
+    pub layout: Layout,
+    /// The tags of its pools.
+    pub pools: BTreeSet<String>,
+    /// The tags of its pools that take released devices back (`keep_released`).
+    pub keeping: BTreeSet<String>,
+}
+
+impl Active {
+    fn new(name: String, layout: Layout) -> Self {
+        let entries = || layout.gpus.iter().flat_map(|g| g.devices.iter());
+        let pools = entries().map(|d| d.owner.clone()).collect();
+        let keeping = entries()
+            .filter(|d| d.keep_released)
+            .map(|d| d.owner.clone())
+            .collect();
+        Active {
+            name,
+            layout,
+            pools,
+            keeping,
+        }
+    }
+}
+
+/// How recently a file may have changed for what was read of it not to be kept: a change
+/// within the file system's clock tick could leave its times and size as they were.
+const RACY: Duration = Duration::from_secs(1);
+
+/// What a file looked like, to tell a change without reading it: a write in place sets
+/// the change time (and mostly the size), a rename or a new link gives another inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// `None` for a file that is not there or cannot be looked at.
+    fn of(meta: std::io::Result<std::fs::Metadata>) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        meta.ok().map(|m| Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Whether the file changed less than [`RACY`] before `now` (or after it).
+    fn racy(stamp: Option<Stamp>, now: SystemTime) -> bool {
+        let Some(Stamp { ctime: (s, ns), .. }) = stamp else {
+            return false;
+        };
+        let (Ok(s), Ok(ns)) = (u64::try_from(s), u32::try_from(ns)) else {
+            return true;
+        };
+        let changed = SystemTime::UNIX_EPOCH + Duration::new(s, ns);
+        now.duration_since(changed).map_or(true, |d| d < RACY)
+    }
+}
+
+/// What was read of the active layout, and what its files looked like then.
+#[derive(Debug)]
+struct Kept {
+    marker: Option<Stamp>,
+    name: Option<String>,
+    file: Option<Stamp>,
+    active: Option<Arc<Active>>,
+}
+
+/// The active layout kept in memory, so that a call that asks it (a released device's pool)
+/// reads no file: it is read again only when `active-layout` or the layout's file changed
+/// (a look at each, no read) or another layout was activated ([`ActiveCache::forget`]).
+/// Files changed in the last second are read each time.
+#[derive(Debug, Default)]
+pub struct ActiveCache {
+    kept: Mutex<Option<Kept>>,
+    reads: AtomicU64,
+}
+
+impl ActiveCache {
+    /// The active layout of `host`; `None` when none is, or its file cannot be used.
+    pub fn get(&self, host: &Host) -> Option<Arc<Active>> {
+        let now = SystemTime::now();
+        let marker = Stamp::of(std::fs::symlink_metadata(host.state(ACTIVE)));
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let same_marker = kept
+            .as_ref()
+            .filter(|k| k.marker == marker && !Stamp::racy(marker, now));
+        let name = match same_marker {
+            Some(k) => k.name.clone(),
+            None => {
+                self.reads.fetch_add(1, Ordering::Relaxed);
+                active(host)
+            }
+        };
+        let file = name
+            .as_deref()
+            .and_then(|n| Stamp::of(std::fs::metadata(super::file::path_of(host.root(), n))));
+        if let Some(k) = same_marker.filter(|k| k.file == file && !Stamp::racy(file, now)) {
+            return k.active.clone();
+        }
+        let active = name.as_ref().and_then(|n| {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            super::file::load(host.root(), n)
+                .ok()
+                .map(|layout| Arc::new(Active::new(n.clone(), layout)))
+        });
+        *kept = (!Stamp::racy(marker, now) && !Stamp::racy(file, now)).then(|| Kept {
+            marker,
+            name,
+            file,
+            active: active.clone(),
+        });
+        active
+    }
+
+    /// Forgets what was read: the next [`ActiveCache::get`] reads the files.
+    pub fn forget(&self) {
+        *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// How many times a file of the active layout was read (its name or the layout).
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+}
+
 /// Applies layout `name` from its file, as a call of `method` (its cause in the audit log
 /// and events), its events in one batch.
 pub fn apply_named(
@@ -162,7 +311,7 @@ pub fn apply_named(
 }
 
 /// Applies the active layout again (the refill); every step that is not done is logged.
-pub fn refill(engine: &Engine, why: &str) {
+pub fn refill(engine: &Engine, reshaper: &PoolReshaper, why: &str) {
     let Some(name) = active(engine.host()) else {
         return;
     };
@@ -181,7 +330,7 @@ pub fn refill(engine: &Engine, why: &str) {
                 crate::metrics::counters().pool("refill");
                 tracing::info!(layout = %name, steps = done, why, "pools refilled");
             }
-            super::reshape::toward_forecast(engine, &name, &outcomes);
+            reshaper.toward_forecast(engine, &name, &outcomes);
         }
         Err(e) => tracing::warn!(layout = %name, "the active layout cannot be used: {e}"),
     }
@@ -190,7 +339,10 @@ pub fn refill(engine: &Engine, why: &str) {
 /// Runs the refill loop on a thread of its own: after hand-outs (once they pause for
 /// [`REFILL_SETTLE`]), and every [`SIZING_INTERVAL`] while the active layout has forecast
 /// entries.
-pub fn spawn_refill(engine: Arc<Engine>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub fn spawn_refill(
+    engine: Arc<Engine>,
+    reshaper: Arc<PoolReshaper>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("vgpud-refill".into())
         .spawn(move || loop {
@@ -198,17 +350,14 @@ pub fn spawn_refill(engine: Arc<Engine>) -> std::io::Result<std::thread::JoinHan
             if handed_out {
                 // Let the storm's hand-outs gather: refill once they pause.
                 while engine.hand_outs().wait(REFILL_SETTLE) {}
-                refill(&engine, "spares were handed out");
-            } else if active_has_forecast(engine.host()) {
-                refill(&engine, "the forecast was looked at again");
+                refill(&engine, &reshaper, "spares were handed out");
+            } else if reshaper
+                .active_layout(engine.host())
+                .is_some_and(|a| has_forecast(&a.layout))
+            {
+                refill(&engine, &reshaper, "the forecast was looked at again");
             }
         })
-}
-
-fn active_has_forecast(host: &Host) -> bool {
-    active(host)
-        .and_then(|name| super::file::load(host.root(), &name).ok())
-        .is_some_and(|l| has_forecast(&l))
 }
 
 #[cfg(test)]

@@ -23,19 +23,23 @@
 //!   does not fill the GPU again in between; layouts' own creates never re-shape.
 //! - The pool makes its spares again where they fit, at the next refill.
 //!
-//! The forecast asks too ([`toward_forecast`]): after a refill, a GPU where a forecast entry's
-//! create was refused is re-shaped the same way and the entry's spares made there at once,
-//! but only if the GPU was not re-shaped in the last hour ([`may_reshape`], the hysteresis);
-//! a refused `CreateDevice` always may, and stamps the GPU too.
+//! The forecast asks too ([`PoolReshaper::toward_forecast`]): after a refill, a GPU where a
+//! forecast entry's create was refused is re-shaped the same way and the entry's spares made
+//! there at once, but only if the GPU was not re-shaped in the last hour ([`may_reshape`],
+//! the hysteresis);
+//! a refused `CreateDevice` always may, and stamps the GPU too. The times are the
+//! [`PoolReshaper`]'s, kept in a state file so a restart keeps them ([`super::hysteresis`]).
 //!
 //! [`PoolReshaper`] also says which pool takes a released device back (`keep_released`),
-//! asking libvirt that no running guest holds it.
+//! asking libvirt that no running guest holds it. It keeps the active layout in memory
+//! ([`ActiveCache`]): a release reads no file, and with no `keep_released` pool does nothing
+//! more.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::engine::{CreateRequest, DeviceInfo, Engine, Reshaper};
+use crate::host::Host;
 use crate::libvirt::{holders, LibvirtError, LibvirtOps};
 use crate::model::MdevType;
 
@@ -43,7 +47,9 @@ use super::plan::DeviceView;
 
 use super::apply::LayoutLock;
 use super::file::{DeviceEntry, Layout};
-use super::plan::{entries_by_gpu, HostView};
+use super::hysteresis::LastReshapes;
+use super::plan::{entries_by_gpu, GpuView, HostView};
+use super::pools::{Active, ActiveCache};
 use super::{Outcome, Status};
 
 /// A GPU as a re-shape sees it.
@@ -234,27 +240,6 @@ pub fn may_reshape(last: Option<u64>, now: u64, reason: Reason) -> bool {
     }
 }
 
-/// When each GPU (by host root and address) was last re-shaped, Unix seconds; in memory
-/// (a restart forgets it, so it may allow one more re-shape per GPU).
-static LAST_RESHAPE: Mutex<BTreeMap<(PathBuf, String), u64>> = Mutex::new(BTreeMap::new());
-
-fn last_reshapes() -> MutexGuard<'static, BTreeMap<(PathBuf, String), u64>> {
-    // Every update is one insert: a poisoned lock still holds consistent data.
-    LAST_RESHAPE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn stamp(engine: &Engine, gpu: &str, now: u64) {
-    last_reshapes().insert((engine.host().root().to_path_buf(), gpu.to_string()), now);
-}
-
-fn last_reshape(engine: &Engine, gpu: &str) -> Option<u64> {
-    last_reshapes()
-        .get(&(engine.host().root().to_path_buf(), gpu.to_string()))
-        .copied()
-}
-
 /// The tags of a layout's pools.
 fn pool_tags(layout: &Layout) -> BTreeSet<String> {
     layout
@@ -370,53 +355,6 @@ pub fn refused_forecast_creates(
     out
 }
 
-/// Re-shapes ahead of the forecast, after the refill applied the active layout `name`
-/// (`outcomes`): each GPU where a forecast entry found no room, if it holds only spares of
-/// other types (the rules of [`plan`]) and was not re-shaped in the last [`HYSTERESIS_S`],
-/// is emptied of them and the entry's spares are made there at once, under the GPU's
-/// layout lock, through the engine's own operations (one batch of events, audited as
-/// `RefillPools`). Returns the GPUs re-shaped.
-pub fn toward_forecast(engine: &Engine, name: &str, outcomes: &[Outcome]) -> Vec<String> {
-    let Ok(layout) = super::file::load(engine.host().root(), name) else {
-        return Vec::new();
-    };
-    if !super::pools::has_forecast(&layout) {
-        return Vec::new();
-    }
-    let pools = pool_tags(&layout);
-    let view = super::apply::host_view(engine);
-    let mut done = Vec::new();
-    for (gpu, entry, missing) in refused_forecast_creates(&layout, &view, outcomes) {
-        let _held = LayoutLock::hold(engine.host().root(), vec![gpu.clone()]);
-        let now = crate::persist::now_unix();
-        if !may_reshape(last_reshape(engine, &gpu), now, Reason::Forecast) {
-            tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner,
-                "a re-shape for the forecast waits: the GPU was re-shaped less than an hour ago");
-            continue;
-        }
-        let (shapes, ids) = shapes_of(engine, std::slice::from_ref(&gpu), &entry.type_query);
-        let Some(reshape) = plan(&shapes, &pools, &ids) else {
-            continue;
-        };
-        stamp(engine, &gpu, now);
-        let cause = crate::engine::Cause {
-            method: "RefillPools".into(),
-            ..crate::engine::Cause::default()
-        };
-        let (removed, made) = crate::engine::with_cause(cause, || {
-            engine
-                .events()
-                .batch(|| execute(engine, &reshape, &entry, missing))
-        });
-        tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner, removed, made,
-            layout = %name, reason = Reason::Forecast.name(), mode = reshape.mode(),
-            "re-shaped a GPU of spares toward a type that had no room");
-        crate::metrics::counters().pool("reshape");
-        done.push(gpu);
-    }
-    done
-}
-
 /// Takes a re-shape's steps: its spares removed (each only while still the pool's), then
 /// `missing` spares of `entry` made on the GPU; (removed, made).
 fn execute(
@@ -460,13 +398,88 @@ fn execute(
 /// which pool takes a released device back; libvirt says whether a running guest holds it.
 pub struct PoolReshaper {
     libvirt: Option<Arc<dyn LibvirtOps>>,
+    active: ActiveCache,
+    last: LastReshapes,
 }
 
 impl PoolReshaper {
-    /// Sets it as `engine`'s. Without `libvirt` no released device is kept: whether a
-    /// running guest holds it cannot be told.
-    pub fn install(engine: &Engine, libvirt: Option<Arc<dyn LibvirtOps>>) {
-        engine.set_reshaper(Arc::new(PoolReshaper { libvirt }));
+    /// The reshaper of `host`, with the re-shape times its state directory keeps. Without
+    /// `libvirt` no released device is kept: whether a running guest holds it cannot be told.
+    pub fn new(host: &Host, libvirt: Option<Arc<dyn LibvirtOps>>) -> Self {
+        PoolReshaper {
+            libvirt,
+            active: ActiveCache::default(),
+            last: LastReshapes::load(host),
+        }
+    }
+
+    /// Sets a new one ([`PoolReshaper::new`]) as `engine`'s; the refill takes it too.
+    pub fn install(engine: &Engine, libvirt: Option<Arc<dyn LibvirtOps>>) -> Arc<Self> {
+        let reshaper = Arc::new(Self::new(engine.host(), libvirt));
+        engine.set_reshaper(reshaper.clone());
+        reshaper
+    }
+
+    /// The active layout of `host`, as kept in memory ([`ActiveCache`]).
+    pub fn active_layout(&self, host: &Host) -> Option<Arc<Active>> {
+        self.active.get(host)
+    }
+
+    /// How many times a file of the active layout was read.
+    pub fn active_reads(&self) -> u64 {
+        self.active.reads()
+    }
+
+    /// Re-shapes ahead of the forecast, after the refill applied the active layout `name`
+    /// (`outcomes`): each GPU where a forecast entry found no room, if it holds only spares of
+    /// other types (the rules of [`plan`]) and was not re-shaped in the last [`HYSTERESIS_S`],
+    /// is emptied of them and the entry's spares are made there at once, under the GPU's
+    /// layout lock, through the engine's own operations (one batch of events, audited as
+    /// `RefillPools`). Returns the GPUs re-shaped.
+    pub fn toward_forecast(
+        &self,
+        engine: &Engine,
+        name: &str,
+        outcomes: &[Outcome],
+    ) -> Vec<String> {
+        let Ok(layout) = super::file::load(engine.host().root(), name) else {
+            return Vec::new();
+        };
+        if !super::pools::has_forecast(&layout) {
+            return Vec::new();
+        }
+        let pools = pool_tags(&layout);
+        let view = super::apply::host_view(engine);
+        let mut done = Vec::new();
+        for (gpu, entry, missing) in refused_forecast_creates(&layout, &view, outcomes) {
+            let _held = LayoutLock::hold(engine.host().root(), vec![gpu.clone()]);
+            let now = crate::persist::now_unix();
+            if !may_reshape(self.last.of(&gpu), now, Reason::Forecast) {
+                tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner,
+                    "a re-shape for the forecast waits: the GPU was re-shaped less than an hour ago");
+                continue;
+            }
+            let (shapes, ids) = shapes_of(engine, std::slice::from_ref(&gpu), &entry.type_query);
+            let Some(reshape) = plan(&shapes, &pools, &ids) else {
+                continue;
+            };
+            self.last.stamp(&gpu, now);
+            let cause = crate::engine::Cause {
+                method: "RefillPools".into(),
+                ..crate::engine::Cause::default()
+            };
+            let (removed, made) = crate::engine::with_cause(cause, || {
+                engine
+                    .events()
+                    .batch(|| execute(engine, &reshape, &entry, missing))
+            });
+            tracing::info!(%gpu, toward = %entry.type_query, pool = %entry.owner, removed, made,
+                layout = %name, reason = Reason::Forecast.name(), mode = reshape.mode(),
+                "re-shaped a GPU of spares toward a type that had no room");
+            crate::metrics::counters().pool("reshape");
+            done.push(gpu);
+        }
+        done
     }
 
     /// Why `device` is held by a running guest, or cannot be told not to be: its owner's
@@ -500,17 +513,16 @@ impl Reshaper for PoolReshaper {
         req: &CreateRequest,
         gpus: &[String],
     ) -> Option<Box<dyn std::any::Any>> {
-        let name = super::pools::active(engine.host())?;
-        let layout = super::file::load(engine.host().root(), &name).ok()?;
-        let pools = pool_tags(&layout);
+        let active = self.active.get(engine.host())?;
+        let (pools, name) = (&active.pools, &active.name);
         let (shapes, ids) = shapes_of(engine, gpus, &req.type_query);
-        let first = plan(&shapes, &pools, &ids)?;
+        let first = plan(&shapes, pools, &ids)?;
         // Planned again under the GPU's layout lock: a refill may have changed it meanwhile.
         let held = LayoutLock::hold(engine.host().root(), vec![first.gpu.clone()]);
         let (shapes, ids) = shapes_of(engine, gpus, &req.type_query);
-        let reshape = plan(&shapes, &pools, &ids).filter(|r| r.gpu == first.gpu)?;
+        let reshape = plan(&shapes, pools, &ids).filter(|r| r.gpu == first.gpu)?;
         // A refusal may always re-shape; it stamps the GPU all the same.
-        stamp(engine, &reshape.gpu, crate::persist::now_unix());
+        self.last.stamp(&reshape.gpu, crate::persist::now_unix());
         let mut removed = 0;
         for (uuid, owner) in &reshape.remove {
             match engine.remove_spare(uuid, owner) {
@@ -535,38 +547,165 @@ impl Reshaper for PoolReshaper {
     }
 
     fn pool_for_released(&self, engine: &Engine, device: &DeviceInfo) -> Option<String> {
-        let name = super::pools::active(engine.host())?;
-        let layout = super::file::load(engine.host().root(), &name).ok()?;
-        if !layout
-            .gpus
-            .iter()
-            .any(|g| g.devices.iter().any(|d| d.keep_released))
-        {
+        let active = self.active.get(engine.host())?;
+        if active.keeping.is_empty() {
             return None;
         }
-        let view = super::apply::host_view(engine);
-        let layout = super::pools::sized(engine, &layout, &view, crate::persist::now_unix());
-        let released = DeviceView {
-            uuid: device.uuid.clone(),
-            type_id: device.type_id.clone(),
-            type_name: device.type_name.clone(),
-            owner: device.owner.clone(),
-            active: device.active,
-            created: device.created,
-        };
         let gpu = engine.gpu_of_parent(&device.parent);
-        let pool = super::pools::pool_for_released(&layout, &view, &gpu, &released)?;
+        let view = keeping_view(engine, &gpu, &active.keeping);
+        let layout = super::pools::sized(engine, &active.layout, &view, crate::persist::now_unix());
+        let pool = super::pools::pool_for_released(&layout, &view, &gpu, &view_of(device))?;
         if let Some(why) = self.held_by_running_guest(device) {
             tracing::info!(uuid = %device.uuid, %pool, "a released device is not kept for its pool ({why}): it is removed");
             return None;
         }
         Some(pool)
     }
+
+    fn layout_activated(&self) {
+        self.active.forget();
+    }
+}
+
+/// A device as a layout sees it.
+fn view_of(d: &DeviceInfo) -> DeviceView {
+    DeviceView {
+        uuid: d.uuid.clone(),
+        type_id: d.type_id.clone(),
+        type_name: d.type_name.clone(),
+        owner: d.owner.clone(),
+        active: d.active,
+        created: d.created,
+    }
+}
+
+/// The host as [`super::pools::pool_for_released`] and [`super::pools::sized`] need it for a
+/// device released on `gpu`: every physical GPU's address and model (which entry matches
+/// it), and on `gpu` only the devices of the `keeping` pools (the only ones counted), not a
+/// look at the whole host.
+fn keeping_view(engine: &Engine, gpu: &str, keeping: &BTreeSet<String>) -> HostView {
+    let mut devices: Vec<DeviceView> = engine
+        .devices_owned_on(gpu, keeping)
+        .iter()
+        .map(view_of)
+        .collect();
+    HostView {
+        gpus: engine
+            .gpu_models()
+            .into_iter()
+            .map(|(address, model)| GpuView {
+                devices: if address == gpu {
+                    std::mem::take(&mut devices)
+                } else {
+                    Vec::new()
+                },
+                address,
+                model,
+                ..GpuView::default()
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The read calls this thread made so far (its I/O accounting).
+    fn reads_of_this_thread() -> u64 {
+        std::fs::read_to_string("/proc/thread-self/io")
+            .expect("/proc/thread-self/io")
+            .lines()
+            .find_map(|l| l.strip_prefix("syscr:")?.trim().parse().ok())
+            .expect("syscr")
+    }
+
+    /// The read calls `f` makes on this thread (those of the look itself taken off).
+    fn reads_during(f: impl FnOnce()) -> u64 {
+        let (a, b) = (reads_of_this_thread(), reads_of_this_thread());
+        f();
+        let c = reads_of_this_thread();
+        (c - b).saturating_sub(b - a)
+    }
+
+    #[test]
+    fn a_release_reads_no_file_until_the_active_layout_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");
+        let engine = Engine::new(Host::simulated(dir.path())).expect("engine");
+        let mut gpus: Vec<String> = engine
+            .list_gpus()
+            .into_iter()
+            .filter(|g| g.driver == "nvidia")
+            .map(|g| g.address)
+            .collect();
+        gpus.sort();
+        let layouts = dir.path().join("etc/vgpud/layouts");
+        std::fs::create_dir_all(&layouts).expect("layouts");
+        let write = |keep: &str| {
+            let text = format!(
+                "[[gpu]]\naddress = \"{}\"\ndevices = [{{ type = \"RTX6000-2Q\", count = 2, owner = \"pool-k\", keep_released = {keep} }}]\n",
+                gpus[0]
+            );
+            std::fs::write(layouts.join("keep.toml"), text).expect("layout");
+        };
+        write("true ");
+        super::super::pools::apply_named(&engine, "keep", "ApplyLayout").expect("apply");
+        super::super::pools::remember(engine.host(), "keep").expect("remember");
+        let made = |owner: &str| {
+            let req = CreateRequest {
+                type_query: "RTX6000-2Q".into(),
+                parent: Some(gpus[0].clone()),
+                owner: owner.into(),
+                ..CreateRequest::default()
+            };
+            engine.create_device(&req).expect("create")
+        };
+        let released = made("vm-a");
+        // The pool one short: a release would be kept.
+        let spare = engine
+            .list_devices()
+            .into_iter()
+            .find(|d| d.owner == "pool-k")
+            .expect("a spare");
+        engine.remove_device(&spare.uuid).expect("remove");
+        let libvirt: Arc<dyn LibvirtOps> =
+            Arc::new(crate::libvirt::testing::FakeLibvirt::default());
+        let r = PoolReshaper::new(engine.host(), Some(libvirt));
+        let keeps = || r.pool_for_released(&engine, &released);
+        // Files changed in the last second are read each time.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert_eq!(keeps().as_deref(), Some("pool-k"));
+        let reads = reads_during(|| {
+            for _ in 0..20 {
+                assert_eq!(keeps().as_deref(), Some("pool-k"));
+            }
+        });
+        assert_eq!(reads, 0, "{reads} reads for 20 releases");
+
+        // The file changed in place (same size, at once): keep_released off is seen.
+        write("false");
+        assert_eq!(keeps(), None);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert_eq!(keeps(), None);
+        let before = r.active_reads();
+        let reads = reads_during(|| {
+            for _ in 0..20 {
+                assert_eq!(keeps(), None);
+            }
+        });
+        assert_eq!(reads, 0, "{reads} reads for 20 releases");
+        assert_eq!(r.active_reads(), before, "a release read the layout again");
+
+        // Another layout activated, or the active one forgotten: read again.
+        write("true ");
+        r.layout_activated();
+        assert_eq!(keeps().as_deref(), Some("pool-k"));
+        assert!(r.active_reads() > before);
+        std::fs::remove_file(engine.host().state("active-layout")).expect("rm");
+        assert_eq!(keeps(), None);
+        assert_eq!(r.active_layout(engine.host()).map(|a| a.name.clone()), None);
+    }
 
     fn gpu(address: &str, devices: &[(&str, &str, &str)]) -> ShapeGpu {
         ShapeGpu {

@@ -66,6 +66,15 @@ impl Setup {
         self.daemon = Daemon::start(&self.bus, &self.host).await;
     }
 
+    /// Stops vgpud (if it runs) and starts it again with `args` (a plain [`Setup::restart`]
+    /// starts it with none).
+    pub async fn restart_with_args(&mut self, args: &[&str]) {
+        if self.daemon.is_running() {
+            self.daemon.stop();
+        }
+        self.daemon = Daemon::start_with(&self.bus, &self.host, &[], args).await;
+    }
+
     /// `busctl call` on the manager; the JSON reply's `data`, or the error text.
     pub fn busctl_manager(&self, method: &str, args: &[&str]) -> Result<serde_json::Value, String> {
         self.bus
