@@ -758,6 +758,7 @@ mod tests {
         let def = host.etc(&format!("mdevctl.d/mtty/{U1}"));
         j.open_intent(&intent(U1)).expect("intent");
         j.open_intent(&intent(U2)).expect("intent");
+        assert_eq!(j.open_intents(), vec![U1.to_string(), U2.to_string()]);
         j.commit(
             &[FileWrite {
                 path: def.clone(),
@@ -967,6 +968,88 @@ mod tests {
         let flags = nix::fcntl::fcntl(&*file, nix::fcntl::FcntlArg::F_GETFD).expect("flags");
         assert_ne!(flags & nix::libc::FD_CLOEXEC, 0);
         assert_eq!(recover(&host).expect("recover").intents, vec![intent(U1)]);
+    }
+
+    #[test]
+    fn a_removed_file_is_kept_as_a_spare_and_reused_with_the_mode_of_its_kind() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let j = of(&host);
+        let record = host.state(&format!("devices/{U1}.json"));
+        let definition = host.etc(&format!("mdevctl.d/mtty/{U2}"));
+        let write = |path: &Path| FileWrite {
+            path: path.to_path_buf(),
+            content: b"{}\n".to_vec(),
+            mode: 0o777,
+        };
+        // The caller's mode is not taken: each kind of file has its own.
+        j.commit(&[write(&record)], &[]).expect("commit");
+        let meta = fs::metadata(&record).expect("record");
+        assert_eq!(meta.mode() & 0o7777, 0o600);
+        j.commit(&[], std::slice::from_ref(&record))
+            .expect("remove");
+        assert!(!record.exists());
+        let spares = fs::read_dir(dir.path().join(super::super::SPARES_DIR))
+            .expect("spares")
+            .count();
+        assert_eq!(spares, 1);
+        j.commit(&[write(&definition)], &[]).expect("commit");
+        let reused = fs::metadata(&definition).expect("definition");
+        assert_eq!(reused.ino(), meta.ino(), "the spare's inode");
+        assert_eq!(reused.mode() & 0o7777, 0o644);
+    }
+
+    #[test]
+    fn an_entry_of_the_largest_size_is_taken_and_one_byte_more_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let j = of(&host);
+        let mut inner = lock(&j.inner);
+        assert!(j.append(&mut inner, &vec![b'x'; MAX_ENTRY_BYTES]).is_ok());
+        assert!(j
+            .append(&mut inner, &vec![b'x'; MAX_ENTRY_BYTES + 1])
+            .is_err());
+        assert_eq!(inner.len, MAX_ENTRY_BYTES as u64);
+    }
+
+    #[test]
+    fn a_commit_that_takes_the_journal_past_its_limit_shortens_it_and_one_up_to_it_does_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let j = of(&host);
+        let file = host.state(&format!("devices/{U1}.json"));
+        let line = |n: usize| {
+            encode(&Entry::Commit {
+                write: vec![Written {
+                    path: format!("var/lib/vgpud/devices/{U1}.json"),
+                    mode: 0o600,
+                    content: "a".repeat(n),
+                }],
+                remove: vec![],
+            })
+            .len()
+        };
+        let half = CHECKPOINT_BYTES as usize / 2;
+        let n = half - line(0);
+        assert_eq!(line(n), half);
+        let commit = |n: usize| {
+            j.commit(
+                &[FileWrite {
+                    path: file.clone(),
+                    content: "a".repeat(n).into_bytes(),
+                    mode: 0o600,
+                }],
+                &[],
+            )
+            .expect("commit")
+        };
+        let size = || fs::metadata(path(&host)).expect("journal").len();
+        commit(n);
+        commit(n);
+        assert_eq!(size(), CHECKPOINT_BYTES, "up to the limit: kept");
+        commit(0);
+        assert_eq!(size(), 0, "past it: the commit's leader checkpoints");
     }
 
     #[test]
