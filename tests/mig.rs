@@ -735,6 +735,13 @@ async fn an_ampere_mig_mode_waits_for_a_reset_and_applies_after_a_reboot() {
     assert!(e.contains("pending on until the GPU is reset"), "{e}");
     let gpu = gpu_proxy(&s.conn, &pf).await;
     assert_eq!(gpu.mig_mode().await.expect("MigMode"), (false, true));
+    // Asked again while pending: still not on, and said so (pending is not current).
+    let e = n
+        .set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect_err("still pending");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NeedsReset", "{e}");
+    assert!(error_message(&e).contains("pending on"), "{e}");
     let e = n
         .create_gpu_instance(&pf, "1g.10gb", opts(&[]))
         .await
@@ -833,5 +840,54 @@ async fn set_vf_count_refuses_to_wipe_gpu_instances_unless_forced() {
     assert!(
         !log.contains(&format!("gpu-drift {pf} by")),
         "no drift in the audit:\n{log}"
+    );
+}
+
+/// A mode asked for again is no change (none of a change's refusals apply, the recorded
+/// layout stays); the free placements a profile lists leave out the instances that exist.
+#[tokio::test]
+async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() {
+    let mut s = h200().await;
+    let m = s.manager().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    n.create_gpu_instance(&pf, "3g.71gb", placement(0))
+        .await
+        .expect("3g at 0");
+    let profiles = n.list_mig_profiles(&pf).await.expect("ListMigProfiles");
+    let three = profiles.iter().find(|p| p.2 == "3g.71gb").expect("3g.71gb");
+    assert_eq!(three.7, vec![(0, 4), (4, 4)], "its placements");
+    assert_eq!(three.8, vec![(4, 4)], "free: 0 is taken");
+    let one = profiles.iter().find(|p| p.2 == "1g.18gb").expect("1g.18gb");
+    assert_eq!(one.8.iter().map(|p| p.0).collect::<Vec<_>>(), vec![4, 5, 6]);
+
+    // With VFs on (a change would be refused), MIG on again is no change: done.
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    n.set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect("MIG on again");
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
+    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 1);
+
+    // The recorded layout is kept: the instance comes back after a reboot.
+    drop((m, n, gpu));
+    s.daemon.stop();
+    s.host.reboot(H200);
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    let layout: Vec<(String, u32, u32)> = gpu
+        .gpu_instances()
+        .await
+        .expect("GpuInstances")
+        .into_iter()
+        .map(|i| (i.2, i.3, i.4))
+        .collect();
+    assert_eq!(
+        layout,
+        vec![("3g.71gb".to_string(), 0, 4)],
+        "{}",
+        s.daemon.log_text()
     );
 }
