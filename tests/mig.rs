@@ -871,6 +871,15 @@ async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() 
     assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
     assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 1);
 
+    // A persistent instance destroyed is forgotten; the others stay recorded.
+    let gone = n
+        .create_gpu_instance(&pf, "1g.18gb", placement(6))
+        .await
+        .expect("1g at 6");
+    n.destroy_gpu_instance(&pf, gone, opts(&[]))
+        .await
+        .expect("DestroyGpuInstance");
+
     // The recorded layout is kept: the instance comes back after a reboot.
     drop((m, n, gpu));
     s.daemon.stop();
@@ -889,5 +898,28 @@ async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() 
         vec![("3g.71gb".to_string(), 0, 4)],
         "{}",
         s.daemon.log_text()
+    );
+
+    // A 1g vGPU gets an instance of its own: the free 3g one is not its profile's.
+    let one = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("a 1g vGPU");
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert!(
+        instances.iter().any(|i| i.2 == "1g.18gb" && i.5 == one),
+        "{instances:?}"
+    );
+    // A 3g vGPU takes the free 3g instance rather than making one. (vgpud did not make
+    // that instance for it, and NVML names no mdev for a VF's vGPU: it is named by type.)
+    s.busctl_create("H200X-3-71C", &[("parent", &pf)])
+        .expect("a 3g vGPU");
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert!(
+        instances
+            .iter()
+            .any(|i| (i.2.as_str(), i.3) == ("3g.71gb", 0) && !i.5.is_empty()),
+        "{instances:?}"
     );
 }
