@@ -923,3 +923,31 @@ async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() 
         "{instances:?}"
     );
 }
+
+/// MIG is NVIDIA's: asked of another vendor's GPU, vgpud says so in its own words (it does not
+/// ask NVML about it).
+#[tokio::test]
+async fn mig_of_another_vendors_gpu_is_not_supported() {
+    let lib = fake_library().to_string_lossy().into_owned();
+    let s = Setup::with_args(&["nvidia-h200", "amd-mxgpu"], &["--nvml-library", &lib]).await;
+    let n = nvidia(&s).await;
+    let gpus = s.manager().await.list_gpus().await.expect("ListGpus");
+    let amd = gpus
+        .iter()
+        .find(|g| !g.1.contains("H200"))
+        .unwrap_or_else(|| panic!("an AMD GPU in {gpus:?}"))
+        .0
+        .clone();
+    let e = n
+        .set_mig_mode(&amd, true, opts(&[]))
+        .await
+        .expect_err("not NVIDIA");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
+    assert!(
+        error_message(&e).contains(&format!("{amd} is not an NVIDIA GPU")),
+        "{e}"
+    );
+    // An NVIDIA GPU next to it is one.
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+}
