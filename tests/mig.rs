@@ -951,3 +951,56 @@ async fn mig_of_another_vendors_gpu_is_not_supported() {
     let pf = h200_gpus(&s).await[0].clone();
     n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
 }
+
+/// At a restart without a reboot the recorded instances that still exist are kept as they
+/// are (matched by placement and profile), and only the one gone is made again.
+#[tokio::test]
+async fn a_restart_keeps_the_instances_that_exist_and_makes_the_missing_one() {
+    let mut s = h200().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    let kept = n
+        .create_gpu_instance(&pf, "1g.18gb", placement(1))
+        .await
+        .expect("1g at 1");
+    // (Without a compute instance, so that the driver's own tools may destroy it.)
+    let lost = n
+        .create_gpu_instance(
+            &pf,
+            "1g.18gb",
+            [
+                ("placement", Variant::from(2_u32)),
+                ("compute_instance", Variant::from(false)),
+            ]
+            .into_iter()
+            .collect(),
+        )
+        .await
+        .expect("1g at 2");
+    drop(n);
+    s.daemon.stop();
+    // While vgpud is down, another tool destroys one of them.
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| state.destroy_gpu_instance(lost))
+        .expect("driver state")
+        .expect("GI destroyed");
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    let mut layout: Vec<(u32, String, u32)> = gpu
+        .gpu_instances()
+        .await
+        .expect("GpuInstances")
+        .into_iter()
+        .map(|i| (i.3, i.2, i.0))
+        .collect();
+    layout.sort();
+    let log = s.daemon.log_text();
+    assert_eq!(layout.len(), 2, "{layout:?}\n{log}");
+    assert_eq!(
+        (layout[0].0, layout[0].1.as_str(), layout[0].2),
+        (1, "1g.18gb", kept),
+        "the one that exists is kept as it is: {layout:?}"
+    );
+    assert_eq!((layout[1].0, layout[1].1.as_str()), (2, "1g.18gb"));
+    assert!(!log.contains("could not restore the MIG layout"), "{log}");
+}
