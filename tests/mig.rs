@@ -1004,3 +1004,33 @@ async fn a_restart_keeps_the_instances_that_exist_and_makes_the_missing_one() {
     assert_eq!((layout[1].0, layout[1].1.as_str()), (2, "1g.18gb"));
     assert!(!log.contains("could not restore the MIG layout"), "{log}");
 }
+
+/// A heterogeneous (mixed-size) mode set by another tool is seen at the next reading of NVML:
+/// the GPU's property follows what the driver is in.
+#[tokio::test]
+async fn a_heterogeneous_mode_set_behind_vgpuds_back_is_seen() {
+    let s = h200_with(&["--nvml-interval-s", "1"]).await;
+    let m = s.manager().await;
+    let pf = h200_gpus(&s).await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    assert!(!gpu_proxy(&s.conn, &pf)
+        .await
+        .heterogeneous_mode()
+        .await
+        .expect("HeterogeneousMode"));
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| state.heterogeneous = true)
+        .expect("driver state");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let gpu = gpu_proxy(&s.conn, &pf).await;
+        if gpu.heterogeneous_mode().await.expect("HeterogeneousMode") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mode set by another tool is never seen:\n{}",
+            s.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
