@@ -922,6 +922,21 @@ async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() 
             .any(|i| (i.2.as_str(), i.3) == ("3g.71gb", 0) && !i.5.is_empty()),
         "{instances:?}"
     );
+    // A second 1g vGPU gets an instance of its own (next to the first); the first removed,
+    // its instance goes, not the second one's.
+    let two = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("a second 1g vGPU");
+    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 3);
+    s.manager()
+        .await
+        .remove_device(&one, opts(&[]))
+        .await
+        .expect("remove");
+    let left = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().any(|i| i.5 == two), "{left:?}");
+    assert!(left.iter().all(|i| !i.5.is_empty()), "{left:?}");
 }
 
 /// MIG is NVIDIA's: asked of another vendor's GPU, vgpud says so in its own words (it does not
