@@ -927,7 +927,16 @@ async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() 
     let two = s
         .busctl_create("H200X-1-18C", &[("parent", &pf)])
         .expect("a second 1g vGPU");
-    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 3);
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 3, "{instances:?}");
+    // Each instance made for a vGPU names its own.
+    for uuid in [&one, &two] {
+        assert_eq!(
+            instances.iter().filter(|i| &i.5 == uuid).count(),
+            1,
+            "{uuid}: {instances:?}"
+        );
+    }
     s.manager()
         .await
         .remove_device(&one, opts(&[]))
