@@ -971,8 +971,14 @@ async fn mig_of_another_vendors_gpu_is_not_supported() {
         error_message(&e).contains(&format!("{amd} is not an NVIDIA GPU")),
         "{e}"
     );
-    // An NVIDIA GPU next to it is one.
+    // An NVIDIA GPU next to it is one. With MIG off its profiles are listed, all free.
     let pf = h200_gpus(&s).await[0].clone();
+    let profiles = n
+        .list_mig_profiles(&pf)
+        .await
+        .expect("ListMigProfiles, MIG off");
+    let one = profiles.iter().find(|p| p.2 == "1g.18gb").expect("1g.18gb");
+    assert_eq!(one.8.len(), 7, "{one:?}");
     n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
 }
 
