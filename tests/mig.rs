@@ -735,6 +735,13 @@ async fn an_ampere_mig_mode_waits_for_a_reset_and_applies_after_a_reboot() {
     assert!(e.contains("pending on until the GPU is reset"), "{e}");
     let gpu = gpu_proxy(&s.conn, &pf).await;
     assert_eq!(gpu.mig_mode().await.expect("MigMode"), (false, true));
+    // Asked again while pending: still not on, and said so (pending is not current).
+    let e = n
+        .set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect_err("still pending");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NeedsReset", "{e}");
+    assert!(error_message(&e).contains("pending on"), "{e}");
     let e = n
         .create_gpu_instance(&pf, "1g.10gb", opts(&[]))
         .await
@@ -834,4 +841,226 @@ async fn set_vf_count_refuses_to_wipe_gpu_instances_unless_forced() {
         !log.contains(&format!("gpu-drift {pf} by")),
         "no drift in the audit:\n{log}"
     );
+}
+
+/// A mode asked for again is no change (none of a change's refusals apply, the recorded
+/// layout stays); the free placements a profile lists leave out the instances that exist.
+#[tokio::test]
+async fn mig_on_again_changes_nothing_and_free_placements_leave_out_instances() {
+    let mut s = h200().await;
+    let m = s.manager().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    n.create_gpu_instance(&pf, "3g.71gb", placement(0))
+        .await
+        .expect("3g at 0");
+    let profiles = n.list_mig_profiles(&pf).await.expect("ListMigProfiles");
+    let three = profiles.iter().find(|p| p.2 == "3g.71gb").expect("3g.71gb");
+    assert_eq!(three.7, vec![(0, 4), (4, 4)], "its placements");
+    assert_eq!(three.8, vec![(4, 4)], "free: 0 is taken");
+    let one = profiles.iter().find(|p| p.2 == "1g.18gb").expect("1g.18gb");
+    assert_eq!(one.8.iter().map(|p| p.0).collect::<Vec<_>>(), vec![4, 5, 6]);
+
+    // With VFs on (a change would be refused), MIG on again is no change: done.
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    n.set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect("MIG on again");
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (true, true));
+    assert_eq!(gpu.gpu_instances().await.expect("GpuInstances").len(), 1);
+
+    // A persistent instance destroyed is forgotten; the others stay recorded.
+    let gone = n
+        .create_gpu_instance(&pf, "1g.18gb", placement(6))
+        .await
+        .expect("1g at 6");
+    n.destroy_gpu_instance(&pf, gone, opts(&[]))
+        .await
+        .expect("DestroyGpuInstance");
+
+    // The recorded layout is kept: the instance comes back after a reboot.
+    drop((m, n, gpu));
+    s.daemon.stop();
+    s.host.reboot(H200);
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    let layout: Vec<(String, u32, u32)> = gpu
+        .gpu_instances()
+        .await
+        .expect("GpuInstances")
+        .into_iter()
+        .map(|i| (i.2, i.3, i.4))
+        .collect();
+    assert_eq!(
+        layout,
+        vec![("3g.71gb".to_string(), 0, 4)],
+        "{}",
+        s.daemon.log_text()
+    );
+
+    // A 1g vGPU gets an instance of its own: the free 3g one is not its profile's.
+    let one = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("a 1g vGPU");
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert!(
+        instances.iter().any(|i| i.2 == "1g.18gb" && i.5 == one),
+        "{instances:?}"
+    );
+    // A 3g vGPU takes the free 3g instance rather than making one. (vgpud did not make
+    // that instance for it, and NVML names no mdev for a VF's vGPU: it is named by type.)
+    s.busctl_create("H200X-3-71C", &[("parent", &pf)])
+        .expect("a 3g vGPU");
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert!(
+        instances
+            .iter()
+            .any(|i| (i.2.as_str(), i.3) == ("3g.71gb", 0) && !i.5.is_empty()),
+        "{instances:?}"
+    );
+    // A second 1g vGPU gets an instance of its own (next to the first); the first removed,
+    // its instance goes, not the second one's.
+    let two = s
+        .busctl_create("H200X-1-18C", &[("parent", &pf)])
+        .expect("a second 1g vGPU");
+    let instances = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(instances.len(), 3, "{instances:?}");
+    // Each instance made for a vGPU names its own.
+    for uuid in [&one, &two] {
+        assert_eq!(
+            instances.iter().filter(|i| &i.5 == uuid).count(),
+            1,
+            "{uuid}: {instances:?}"
+        );
+    }
+    s.manager()
+        .await
+        .remove_device(&one, opts(&[]))
+        .await
+        .expect("remove");
+    let left = gpu.gpu_instances().await.expect("GpuInstances");
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().any(|i| i.5 == two), "{left:?}");
+    assert!(left.iter().all(|i| !i.5.is_empty()), "{left:?}");
+}
+
+/// MIG is NVIDIA's: asked of another vendor's GPU, vgpud says so in its own words (it does not
+/// ask NVML about it).
+#[tokio::test]
+async fn mig_of_another_vendors_gpu_is_not_supported() {
+    let lib = fake_library().to_string_lossy().into_owned();
+    let s = Setup::with_args(&["nvidia-h200", "amd-mxgpu"], &["--nvml-library", &lib]).await;
+    let n = nvidia(&s).await;
+    let gpus = s.manager().await.list_gpus().await.expect("ListGpus");
+    let amd = gpus
+        .iter()
+        .find(|g| !g.1.contains("H200"))
+        .unwrap_or_else(|| panic!("an AMD GPU in {gpus:?}"))
+        .0
+        .clone();
+    let e = n
+        .set_mig_mode(&amd, true, opts(&[]))
+        .await
+        .expect_err("not NVIDIA");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
+    assert!(
+        error_message(&e).contains(&format!("{amd} is not an NVIDIA GPU")),
+        "{e}"
+    );
+    // An NVIDIA GPU next to it is one. With MIG off its profiles are listed, all free.
+    let pf = h200_gpus(&s).await[0].clone();
+    let profiles = n
+        .list_mig_profiles(&pf)
+        .await
+        .expect("ListMigProfiles, MIG off");
+    let one = profiles.iter().find(|p| p.2 == "1g.18gb").expect("1g.18gb");
+    assert_eq!(one.8.len(), 7, "{one:?}");
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+}
+
+/// At a restart without a reboot the recorded instances that still exist are kept as they
+/// are (matched by placement and profile), and only the one gone is made again.
+#[tokio::test]
+async fn a_restart_keeps_the_instances_that_exist_and_makes_the_missing_one() {
+    let mut s = h200().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    let kept = n
+        .create_gpu_instance(&pf, "1g.18gb", placement(1))
+        .await
+        .expect("1g at 1");
+    // (Without a compute instance, so that the driver's own tools may destroy it.)
+    let lost = n
+        .create_gpu_instance(
+            &pf,
+            "1g.18gb",
+            [
+                ("placement", Variant::from(2_u32)),
+                ("compute_instance", Variant::from(false)),
+            ]
+            .into_iter()
+            .collect(),
+        )
+        .await
+        .expect("1g at 2");
+    drop(n);
+    s.daemon.stop();
+    // While vgpud is down, another tool destroys one of them.
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| state.destroy_gpu_instance(lost))
+        .expect("driver state")
+        .expect("GI destroyed");
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    let mut layout: Vec<(u32, String, u32)> = gpu
+        .gpu_instances()
+        .await
+        .expect("GpuInstances")
+        .into_iter()
+        .map(|i| (i.3, i.2, i.0))
+        .collect();
+    layout.sort();
+    let log = s.daemon.log_text();
+    assert_eq!(layout.len(), 2, "{layout:?}\n{log}");
+    assert_eq!(
+        (layout[0].0, layout[0].1.as_str(), layout[0].2),
+        (1, "1g.18gb", kept),
+        "the one that exists is kept as it is: {layout:?}"
+    );
+    assert_eq!((layout[1].0, layout[1].1.as_str()), (2, "1g.18gb"));
+    assert!(!log.contains("could not restore the MIG layout"), "{log}");
+}
+
+/// A heterogeneous (mixed-size) mode set by another tool is seen at the next reading of NVML:
+/// the GPU's property follows what the driver is in.
+#[tokio::test]
+async fn a_heterogeneous_mode_set_behind_vgpuds_back_is_seen() {
+    let s = h200_with(&["--nvml-interval-s", "1"]).await;
+    let m = s.manager().await;
+    let pf = h200_gpus(&s).await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    assert!(!gpu_proxy(&s.conn, &pf)
+        .await
+        .heterogeneous_mode()
+        .await
+        .expect("HeterogeneousMode"));
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| state.heterogeneous = true)
+        .expect("driver state");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let gpu = gpu_proxy(&s.conn, &pf).await;
+        if gpu.heterogeneous_mode().await.expect("HeterogeneousMode") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mode set by another tool is never seen:\n{}",
+            s.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -998,6 +998,158 @@ mod tests {
                 "gpu-instance-destroyed-externally"
             ]
         );
+        let details: Vec<&str> = d
+            .iter()
+            .map(|e| match e {
+                Event::GpuDrift { detail, .. } => detail.as_str(),
+                _ => "",
+            })
+            .collect();
+        assert_eq!(
+            details,
+            vec![
+                "a GPU instance 1g.18gb at placement 2 appeared on g, not made by vgpud",
+                "the GPU instance 1g.18gb at placement 0 of g was destroyed by another tool"
+            ]
+        );
         assert!(instance_drift("g", None, Some(&view(&[0]))).is_empty());
+        assert!(instance_drift("g", Some(&view(&[0])), None).is_empty());
+    }
+
+    fn pl(start: u32, size: u32) -> Placement {
+        Placement { start, size }
+    }
+
+    #[test]
+    fn placements_overlap_only_when_they_share_a_slice() {
+        // Adjacent placements, either way round, share nothing.
+        assert!(!overlaps(pl(0, 1), pl(1, 1)));
+        assert!(!overlaps(pl(1, 1), pl(0, 1)));
+        assert!(!overlaps(pl(0, 4), pl(4, 4)));
+        assert!(!overlaps(pl(4, 4), pl(0, 4)));
+        // Far apart.
+        assert!(!overlaps(pl(0, 1), pl(6, 1)));
+        assert!(!overlaps(pl(6, 1), pl(0, 1)));
+        // The same slice, one inside the other, a partial overlap.
+        assert!(overlaps(pl(2, 1), pl(2, 1)));
+        assert!(overlaps(pl(5, 1), pl(5, 1)));
+        assert!(overlaps(pl(0, 2), pl(1, 1)));
+        assert!(overlaps(pl(1, 1), pl(0, 2)));
+        assert!(overlaps(pl(0, 8), pl(6, 1)));
+        assert!(overlaps(pl(6, 1), pl(0, 8)));
+        assert!(overlaps(pl(3, 2), pl(4, 4)));
+        assert!(overlaps(pl(4, 4), pl(3, 2)));
+    }
+
+    #[test]
+    fn room_for_more_mig_instances_is_bounded_by_the_remaining_count() {
+        let mut p = hopper();
+        // Seven 1g placements free, but the driver says only two more may be made.
+        p[0].remaining = 2;
+        assert_eq!(room_for_more(&p[0], &[]), 2);
+        p[0].remaining = 0;
+        assert_eq!(room_for_more(&p[0], &[]), 0);
+        // Every free placement counts when the count allows it.
+        p[0].remaining = 7;
+        assert_eq!(room_for_more(&p[0], &[at(0, 4, 9)]), 3);
+        assert_eq!(room_for_more(&p[3], &[at(6, 1, 19)]), 1);
+        assert_eq!(room_for_more(&p[5], &[at(6, 1, 19)]), 0);
+    }
+
+    #[test]
+    fn a_mig_placement_is_scored_by_the_room_it_leaves() {
+        let p = hopper();
+        // A 1g at slice 0 already rules out everything at 0; a second 1g at 1 rules out
+        // nothing more, where the highest start (6) would rule out the 3g at 4.
+        assert_eq!(
+            choose_placement(&p, 19, &[at(0, 1, 19)]).map(|p| p.start),
+            Some(1)
+        );
+        // Room is weighted by size: a placement that takes one 4-slice placement loses more
+        // than one that takes three 1-slice ones.
+        let q = vec![
+            profile(1, 1, 1, &[0, 1, 2], 3),
+            profile(2, 4, 2, &[0], 1),
+            profile(3, 1, 1, &[2], 1),
+            profile(4, 1, 1, &[2], 1),
+        ];
+        assert_eq!(choose_placement(&q, 1, &[]).map(|p| p.start), Some(2));
+        // An unknown profile has no placement.
+        assert_eq!(choose_placement(&q, 9, &[]), None);
+    }
+
+    #[test]
+    fn mig_profile_names_drop_the_mig_prefix() {
+        let mut p = hopper();
+        p[0].name = "MIG 1g.18gb".into();
+        assert_eq!(profile_name(&p[0]), "1g.18gb");
+        p[0].name = "1g.18gb+me".into();
+        assert_eq!(profile_name(&p[0]), "1g.18gb+me");
+        assert_eq!(find_profile(&p, " 1G.18GB+ME ").map(|p| p.id), Some(19));
+        assert_eq!(find_profile(&p, "mig 1g.18gb+me").map(|p| p.id), Some(19));
+        assert_eq!(find_profile(&p, "9").map(|p| p.id), Some(9));
+        assert!(find_profile(&p, "20").is_none());
+    }
+
+    #[test]
+    fn mig_instances_and_modes_are_described() {
+        assert_eq!(
+            describe_instance(&at(4, 4, 9), "3g.71gb"),
+            "GPU instance 5 (3g.71gb at placement 4)"
+        );
+        assert_eq!(on_off(true), "on");
+        assert_eq!(on_off(false), "off");
+        let e = control_error(ControlError::InUse {
+            op: "destroy".into(),
+            gpu: "g".into(),
+            detail: "busy".into(),
+        });
+        assert!(matches!(e, EngineError::Busy(ref m) if m == "destroy on g: in use (busy)"));
+    }
+
+    #[test]
+    fn mig_room_counts_free_instances_and_room_for_more() {
+        let view = |i: GpuInstance, device: &str| GpuInstanceView {
+            instance: i,
+            profile: String::new(),
+            device: device.into(),
+        };
+        let ty = |id: u32, profile: Option<u32>| crate::gpu_control::VgpuTypeFacts {
+            id,
+            gpu_instance_profile: profile,
+            ..Default::default()
+        };
+        let mut state = NvidiaState {
+            mig: Some(MigMode {
+                current: true,
+                pending: true,
+            }),
+            profiles: hopper(),
+            gpu_instances: vec![
+                view(at(0, 1, 19), ""),
+                view(at(1, 1, 19), "some-vgpu"),
+                view(at(2, 1, 19), ""),
+                view(at(4, 4, 9), ""),
+            ],
+            vgpu_types: vec![ty(10, Some(19)), ty(11, Some(9)), ty(12, None)],
+            ..NvidiaState::default()
+        };
+        // Two free 1g instances; one more 1g fits at slice 3.
+        assert_eq!(mig_room_in(&state, 10, false), Some(2));
+        assert_eq!(mig_room_in(&state, 10, true), Some(3));
+        // One free 3g instance; no room for another.
+        assert_eq!(mig_room_in(&state, 11, false), Some(1));
+        assert_eq!(mig_room_in(&state, 11, true), Some(1));
+        // A type without a profile, an unknown type.
+        assert_eq!(mig_room_in(&state, 12, true), None);
+        assert_eq!(mig_room_in(&state, 99, true), None);
+        // MIG off (or pending only): no room.
+        state.mig = Some(MigMode {
+            current: false,
+            pending: true,
+        });
+        assert_eq!(mig_room_in(&state, 10, true), Some(0));
+        state.mig = None;
+        assert_eq!(mig_room_in(&state, 10, true), Some(0));
     }
 }
