@@ -1053,6 +1053,44 @@ mod tests {
     }
 
     #[test]
+    fn recovery_returns_the_open_intents_in_the_order_they_were_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let j = of(&host);
+        // Not the order of their UUIDs.
+        j.open_intent(&intent(U2)).expect("intent");
+        j.open_intent(&intent(U1)).expect("intent");
+        assert_eq!(
+            recover(&host).expect("recover").intents,
+            vec![intent(U2), intent(U1)]
+        );
+    }
+
+    #[test]
+    fn recovery_empties_a_journal_of_commits_and_leaves_an_empty_one_alone() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Host::new(dir.path());
+        let commit = encode(&Entry::Commit {
+            write: vec![Written {
+                path: format!("var/lib/vgpud/devices/{U1}.json"),
+                mode: 0o600,
+                content: "{}\n".into(),
+            }],
+            remove: vec![],
+        });
+        fs::create_dir_all(host.state("")).expect("dir");
+        fs::write(path(&host), commit).expect("journal");
+        let r = recover(&host).expect("recover");
+        assert_eq!(r.commits, 1);
+        assert!(host.state(&format!("devices/{U1}.json")).is_file());
+        assert_eq!(fs::read_to_string(path(&host)).expect("journal"), "");
+        let inode = fs::metadata(path(&host)).expect("journal").ino();
+        assert_eq!(recover(&host).expect("recover").commits, 0);
+        assert_eq!(fs::metadata(path(&host)).expect("journal").ino(), inode);
+    }
+
+    #[test]
     fn an_intent_of_an_unknown_version_sets_the_journal_aside_after_the_entries_before_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let host = Host::new(dir.path());
