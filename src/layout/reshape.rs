@@ -11,6 +11,13 @@
 //! enough framebuffer free in pieces. There only the spares in the way of the run that
 //! costs the fewest are removed ([`plan_placements`]); the GPU's other spares stay.
 //!
+//! On a GPU in MIG mode a MIG-backed type needs a GPU instance of its profile; instances of
+//! other profiles, free or holding only spares, may cover every placement it could take.
+//! There the placement that costs the fewest spares, then instances, is freed
+//! ([`plan_mig`]): the spares in it removed, its instances destroyed, and the create makes
+//! the instance it needs. Only instances vgpud recorded are destroyed: one made behind its
+//! back is left alone even when free (vgpud cannot tell who is about to use it).
+//!
 //! - Only spares go: devices whose owner is the tag of one of the active layout's pools. A
 //!   GPU with any other device (a desktop, a device of no pool) is never touched, in either
 //!   mode, nor a mixed-size GPU whose placements cannot be read.
