@@ -2,7 +2,8 @@
 //! are all taken by GPU instances that hold nothing or only a pool's spares, a create of a
 //! larger MIG-backed type frees the cheapest placement (the spares in its way removed, its
 //! instances destroyed) and is made there; a GPU with anyone else's device is never
-//! touched; the forecast path waits for the hysteresis.
+//! touched, nor an instance vgpud did not record; the forecast path waits for the
+//! hysteresis.
 
 mod common;
 
@@ -269,4 +270,49 @@ async fn the_forecast_re_shapes_mig_instances_and_not_back_within_the_hour() {
     );
     assert_eq!(owned_by(&c, "pool-3g").await, three);
     assert_eq!(owned_by(&c, "pool-1g").await.len(), 3);
+}
+
+#[tokio::test]
+async fn an_instance_vgpud_did_not_record_is_never_destroyed_even_free() {
+    let (s, c, n, gpus) = mig_host().await;
+    let pf = &gpus[0];
+    layout(
+        &s,
+        "mig",
+        pf,
+        &format!("{{ type = \"{ONE_G}\", spares = 4, owner = \"pool-1g\" }}"),
+        "",
+    );
+    apply(&c, "mig").await;
+    // Spares at 3..=6; free instances at 0 and 1 recorded, at 2 not (not persistent: as
+    // one nvidia-smi made, vgpud keeps no record of it).
+    for start in [0, 1] {
+        free_1g(&n, pf, start).await;
+    }
+    let o: HashMap<&str, Variant<'_>> = [
+        ("placement", Variant::from(2u32)),
+        ("compute_instance", Variant::from(false)),
+        ("persistent", Variant::from(false)),
+    ]
+    .into_iter()
+    .collect();
+    n.create_gpu_instance(pf, "1g.18gb", o)
+        .await
+        .expect("CreateGpuInstance");
+    let before = instances(&s, pf).await;
+
+    // [0,4) would cost one spare, but holds the unrecorded instance: [4,8) is freed, its
+    // three spares removed, and the instance at 2 stays.
+    let made = s
+        .busctl_create(THREE_G, &[("parent", pf), ("owner", "bob-vm")])
+        .expect("a 3g after a MIG re-shape");
+    let after = instances(&s, pf).await;
+    assert_eq!(after[..4], before[..4], "{after:?}");
+    assert_eq!(
+        (after[4].0, after[4].2.as_str(), after[4].3.as_str()),
+        (4, "3g.71gb", made.as_str()),
+        "{after:?}"
+    );
+    assert_eq!(owned_by(&c, "pool-1g").await.len(), 1);
+    assert!(s.daemon.log_text().contains("MIG: placement 4 freed"));
 }
