@@ -152,7 +152,8 @@ pub struct Reshape {
 /// Plans a re-shape toward `type_ids` (the type the create asked for, as each GPU names it)
 /// among `gpus` (those that offer it): a GPU in equal-size mode that holds only spares of
 /// `pools`, none of the type, at least one, is emptied; a GPU in mixed-size mode that holds
-/// only spares has the spares in the way of one run removed ([`plan_placements`]). The GPU
+/// only spares has the spares in the way of one run removed ([`plan_placements`]); a GPU in
+/// MIG mode, for a MIG-backed type, frees one placement of its profile ([`plan_mig`]). The GPU
 /// with the fewest spares to remove first, then by address. `None` when no GPU can be.
 pub fn plan(gpus: &[ShapeGpu], pools: &BTreeSet<String>, type_ids: &[String]) -> Option<Reshape> {
     gpus.iter()
