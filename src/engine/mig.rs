@@ -568,6 +568,96 @@ impl Engine {
             .collect()
     }
 
+    /// For a MIG-backed vGPU type (`type_id`, `nvidia-1414`) on `gpu` in MIG mode, as a MIG
+    /// re-shape sees it: the type's GPU-instance profile and its placements, and each GPU
+    /// instance now with the UUID of the device in it (empty: free) and whether vgpud
+    /// recorded it (made it, for a device or persistently). `None` for other types, with
+    /// MIG off, or when NVML cannot say.
+    pub fn mig_shape(&self, gpu: &str, type_id: &str) -> Option<MigShapeView> {
+        let number = crate::discovery::sriov::nvidia_type_number(type_id)?;
+        let profile_id = self.mig_profile_of_type(gpu, number)?;
+        self.refresh_nvidia(gpu, true);
+        let state = self.nvidia_state(gpu)?;
+        if !state.mig.is_some_and(|m| m.current) {
+            return None;
+        }
+        let placements = state
+            .profiles
+            .iter()
+            .find(|p| p.id == profile_id)?
+            .placements
+            .clone();
+        let recorded = self
+            .settings(gpu)
+            .map(|s| s.gpu_instances)
+            .unwrap_or_default();
+        let instances = state
+            .gpu_instances
+            .into_iter()
+            .map(|v| {
+                let known = recorded.iter().any(|r| {
+                    (r.start, r.size, r.profile_id)
+                        == (
+                            v.instance.placement.start,
+                            v.instance.placement.size,
+                            v.instance.profile_id,
+                        )
+                });
+                (v.instance, v.device, known)
+            })
+            .collect();
+        Some(MigShapeView {
+            profile_id,
+            placements,
+            instances,
+        })
+    }
+
+    /// Destroys GPU instance `id` of `gpu` for a MIG re-shape, only while it is still the one
+    /// at `placement`, free, and recorded by vgpud; `Ok(false)` when it is gone already (its
+    /// spare's removal destroyed it). Otherwise as [`Engine::destroy_gpu_instance`].
+    pub fn destroy_free_instance(
+        &self,
+        gpu: &str,
+        id: u32,
+        placement: Placement,
+    ) -> EngineResult<bool> {
+        self.nvidia_gpu(gpu)?;
+        let gpu_lock = self.physical_gpu_lock(gpu)?;
+        let held = lock(&gpu_lock);
+        self.refresh_nvidia(gpu, false);
+        let state = self.nvidia_state(gpu).unwrap_or_default();
+        let Some(view) = state
+            .gpu_instances
+            .iter()
+            .find(|v| v.instance.id == id && v.instance.placement == placement)
+        else {
+            return Ok(false);
+        };
+        if !view.device.is_empty() {
+            return Err(EngineError::Busy(format!(
+                "GPU instance {id} ({}) of {gpu} is used by {}",
+                view.profile, view.device
+            )));
+        }
+        let recorded = self.settings(gpu)?.gpu_instances.iter().any(|r| {
+            (r.start, r.size, r.profile_id)
+                == (placement.start, placement.size, view.instance.profile_id)
+        });
+        if !recorded {
+            return Err(EngineError::Busy(format!(
+                "GPU instance {id} of {gpu} was not made by vgpud; it is left alone"
+            )));
+        }
+        self.control
+            .destroy_gpu_instance(gpu, id)
+            .map_err(control_error)?;
+        self.refresh_nvidia(gpu, false);
+        drop(held);
+        self.forget_instance(gpu, placement)?;
+        Ok(true)
+    }
+
     pub(super) fn forget_instance(&self, gpu: &str, placement: Placement) -> EngineResult<()> {
         let mut settings = self.settings(gpu)?;
         let before = settings.gpu_instances.len();
@@ -792,6 +882,17 @@ impl Engine {
             )))
         }
     }
+}
+
+/// A MIG GPU as [`Engine::mig_shape`] shows it to a re-shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigShapeView {
+    /// The GPU-instance profile of the type asked for.
+    pub profile_id: u32,
+    /// That profile's placements.
+    pub placements: Vec<Placement>,
+    /// The GPU's instances: (instance, UUID of the device in it or empty, recorded by vgpud).
+    pub instances: Vec<(GpuInstance, String, bool)>,
 }
 
 /// [`Engine::mig_room`] on a GPU's NVML view: `None` for a type that is not MIG-backed,

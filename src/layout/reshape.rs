@@ -11,6 +11,13 @@
 //! enough framebuffer free in pieces. There only the spares in the way of the run that
 //! costs the fewest are removed ([`plan_placements`]); the GPU's other spares stay.
 //!
+//! On a GPU in MIG mode a MIG-backed type needs a GPU instance of its profile; instances of
+//! other profiles, free or holding only spares, may cover every placement it could take.
+//! There the placement that costs the fewest spares, then instances, is freed
+//! ([`plan_mig`]): the spares in it removed, its instances destroyed, and the create makes
+//! the instance it needs. Only instances vgpud recorded are destroyed: one made behind its
+//! back is left alone even when free (vgpud cannot tell who is about to use it).
+//!
 //! - Only spares go: devices whose owner is the tag of one of the active layout's pools. A
 //!   GPU with any other device (a desktop, a device of no pool) is never touched, in either
 //!   mode, nor a mixed-size GPU whose placements cannot be read.
@@ -39,6 +46,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::engine::{CreateRequest, DeviceInfo, Engine, Reshaper};
+use crate::gpu_control::Placement;
 use crate::host::Host;
 use crate::libvirt::{holders, LibvirtError, LibvirtOps};
 use crate::model::MdevType;
@@ -64,6 +72,35 @@ pub struct ShapeGpu {
     /// In mixed-size mode: its vGPUs' placements and the run the type asked for needs;
     /// `None` when they cannot be told (the GPU is then never touched).
     pub mixed: Option<Mixed>,
+    /// In MIG mode, for a MIG-backed type asked for: its GPU instances and where the
+    /// type's profile may go ([`plan_mig`] plans, not the rules above).
+    pub mig: Option<MigShape>,
+}
+
+/// A GPU instance as a MIG re-shape sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigSlot {
+    /// Its instance id.
+    pub id: u32,
+    /// Its profile id.
+    pub profile_id: u32,
+    /// Its first slice and how many it spans.
+    pub placement: Placement,
+    /// The device in it: (UUID, owner tag; empty for one vgpud does not know); `None`: free.
+    pub device: Option<(String, String)>,
+    /// Whether vgpud recorded it (made it for a device, or persistently).
+    pub recorded: bool,
+}
+
+/// A GPU in MIG mode as a re-shape toward a MIG-backed type sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigShape {
+    /// The profile the type asked for needs.
+    pub profile_id: u32,
+    /// Where that profile may go.
+    pub placements: Vec<Placement>,
+    /// The GPU's instances.
+    pub instances: Vec<MigSlot>,
 }
 
 /// A vGPU at its placement on a GPU in mixed-size mode.
@@ -101,14 +138,22 @@ pub struct Reshape {
     pub gpu: String,
     /// The spares removed, (UUID, pool tag).
     pub remove: Vec<(String, String)>,
-    /// In mixed-size mode: the placement id freed for the type asked for.
+    /// In mixed-size mode: the placement id freed for the type asked for; in MIG mode the
+    /// first slice of the placement freed.
     pub freed: Option<u64>,
+    /// In MIG mode: the GPU instances destroyed after the spares went (id, placement), in
+    /// order; each only if still there, free and vgpud's (its spare's removal may have
+    /// destroyed it already).
+    pub destroy: Vec<(u32, Placement)>,
+    /// Whether it is a MIG re-shape.
+    pub mig: bool,
 }
 
 /// Plans a re-shape toward `type_ids` (the type the create asked for, as each GPU names it)
 /// among `gpus` (those that offer it): a GPU in equal-size mode that holds only spares of
 /// `pools`, none of the type, at least one, is emptied; a GPU in mixed-size mode that holds
-/// only spares has the spares in the way of one run removed ([`plan_placements`]). The GPU
+/// only spares has the spares in the way of one run removed ([`plan_placements`]); a GPU in
+/// MIG mode, for a MIG-backed type, frees one placement of its profile ([`plan_mig`]). The GPU
 /// with the fewest spares to remove first, then by address. `None` when no GPU can be.
 pub fn plan(gpus: &[ShapeGpu], pools: &BTreeSet<String>, type_ids: &[String]) -> Option<Reshape> {
     gpus.iter()
@@ -118,6 +163,20 @@ pub fn plan(gpus: &[ShapeGpu], pools: &BTreeSet<String>, type_ids: &[String]) ->
 
 /// The re-shape of one GPU, if it can be re-shaped (see [`plan`]).
 fn plan_gpu(g: &ShapeGpu, pools: &BTreeSet<String>, type_ids: &[String]) -> Option<Reshape> {
+    if let Some(m) = &g.mig {
+        // Only a GPU of spares: a device of anyone else anywhere on it leaves it alone.
+        if g.devices.iter().any(|(_, _, owner)| !pools.contains(owner)) {
+            return None;
+        }
+        let (freed, remove, destroy) = plan_mig(m, pools)?;
+        return Some(Reshape {
+            gpu: g.address.clone(),
+            remove,
+            freed: Some(u64::from(freed)),
+            destroy,
+            mig: true,
+        });
+    }
     if g.heterogeneous {
         let m = g.mixed.as_ref()?;
         // A device the placements do not show (not a vGPU on a VF): the GPU is left alone.
@@ -129,6 +188,8 @@ fn plan_gpu(g: &ShapeGpu, pools: &BTreeSet<String>, type_ids: &[String]) -> Opti
             gpu: g.address.clone(),
             remove,
             freed: Some(freed),
+            destroy: Vec::new(),
+            mig: false,
         });
     }
     let only_spares = g
@@ -143,7 +204,69 @@ fn plan_gpu(g: &ShapeGpu, pools: &BTreeSet<String>, type_ids: &[String]) -> Opti
             .map(|(uuid, _, owner)| (uuid.clone(), owner.clone()))
             .collect(),
         freed: None,
+        destroy: Vec::new(),
+        mig: false,
     })
+}
+
+/// A MIG re-shape's plan: the first slice freed, the spares removed (UUID, pool tag) and
+/// the GPU instances destroyed (id, placement), each in placement order.
+pub type MigPlan = (u32, Vec<(String, String)>, Vec<(u32, Placement)>);
+
+/// Plans room on a GPU in MIG mode for an instance of `m.profile_id`: among the profile's
+/// placements, one whose overlapping instances may all go, the cheapest: the fewest spares
+/// removed, then the fewest instances destroyed, then the lowest start. An instance may go
+/// when vgpud recorded it and it is free or holds a spare of `pools`; one vgpud did not
+/// make (made by nvidia-smi, say) is never touched, even free.
+///
+/// `None` when an instance holds a device of anyone else (even out of the way: only a GPU
+/// of spares is re-shaped), a free instance of the profile exists or a placement is free
+/// (the create failed for another reason), or no placement can be freed. A placement
+/// filled by one instance of the profile is not freed: it would be swapped for its like.
+pub fn plan_mig(m: &MigShape, pools: &BTreeSet<String>) -> Option<MigPlan> {
+    let others = |s: &MigSlot| s.device.as_ref().is_some_and(|(_, o)| !pools.contains(o));
+    if m.instances.iter().any(others) {
+        return None;
+    }
+    if m.instances
+        .iter()
+        .any(|s| s.profile_id == m.profile_id && s.device.is_none())
+    {
+        return None;
+    }
+    let overlaps =
+        |a: Placement, b: Placement| a.start < b.start + b.size && b.start < a.start + a.size;
+    // (spares, instances, start) of the cheapest placement yet, and its instances.
+    type Cost = (usize, usize, u32);
+    let mut best: Option<(Cost, Vec<&MigSlot>)> = None;
+    for &p in &m.placements {
+        let mut in_way: Vec<&MigSlot> = m
+            .instances
+            .iter()
+            .filter(|s| overlaps(s.placement, p))
+            .collect();
+        if in_way.is_empty() {
+            return None;
+        }
+        if in_way.iter().any(|s| !s.recorded) {
+            continue;
+        }
+        if let [s] = in_way[..] {
+            if s.profile_id == m.profile_id && s.placement == p {
+                continue;
+            }
+        }
+        in_way.sort_by_key(|s| s.placement.start);
+        let spares = in_way.iter().filter(|s| s.device.is_some()).count();
+        let cost = (spares, in_way.len(), p.start);
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            best = Some((cost, in_way));
+        }
+    }
+    let ((_, _, start), in_way) = best?;
+    let remove = in_way.iter().filter_map(|s| s.device.clone()).collect();
+    let destroy = in_way.iter().map(|s| (s.id, s.placement)).collect();
+    Some((start, remove, destroy))
 }
 
 /// Plans room on a GPU in mixed-size mode whose vGPUs sit at `placed`, for a type (one of
@@ -201,6 +324,7 @@ impl Reshape {
     /// Its kind in log lines: the GPU emptied, or a placement freed at an id.
     pub fn mode(&self) -> String {
         match self.freed {
+            Some(at) if self.mig => format!("MIG: placement {at} freed"),
             None => "equal-size: emptied".into(),
             Some(at) => format!("mixed-size: placement {at} freed"),
         }
@@ -273,6 +397,7 @@ fn shapes_of(engine: &Engine, gpus: &[String], type_query: &str) -> (Vec<ShapeGp
                     .map(|d| (d.uuid.clone(), d.type_id.clone(), d.owner.clone()))
                     .collect(),
                 mixed: wanted.and_then(|t| mixed_of(engine, gpu, &on_gpu, t)),
+                mig: wanted.and_then(|t| mig_of(engine, gpu, &on_gpu, t)),
             }
         })
         .collect();
@@ -318,6 +443,69 @@ fn mixed_of(
     })
 }
 
+/// A GPU in MIG mode as a re-shape toward the MIG-backed type `wanted` sees it; `None` for
+/// another type or with MIG off. A device vgpud does not know has no owner.
+fn mig_of(
+    engine: &Engine,
+    gpu: &str,
+    devices: &[&DeviceInfo],
+    wanted: &MdevType,
+) -> Option<MigShape> {
+    let view = engine.mig_shape(gpu, &wanted.id)?;
+    let instances = view
+        .instances
+        .into_iter()
+        .map(|(i, uuid, recorded)| MigSlot {
+            id: i.id,
+            profile_id: i.profile_id,
+            placement: i.placement,
+            device: (!uuid.is_empty()).then(|| {
+                let owner = devices
+                    .iter()
+                    .find(|d| d.uuid == uuid)
+                    .map(|d| d.owner.clone())
+                    .unwrap_or_default();
+                (uuid, owner)
+            }),
+            recorded,
+        })
+        .collect();
+    Some(MigShape {
+        profile_id: view.profile_id,
+        placements: view.placements,
+        instances,
+    })
+}
+
+/// Takes a re-shape's steps through the engine's own operations: its spares removed (each
+/// only while still the pool's), then its GPU instances destroyed (each only while still
+/// there, free and vgpud's). Stops at the first step refused. Returns (spares removed,
+/// instances destroyed, whether every step was taken).
+fn take_steps(engine: &Engine, reshape: &Reshape) -> (usize, usize, bool) {
+    let mut removed = 0;
+    for (uuid, owner) in &reshape.remove {
+        match engine.remove_spare(uuid, owner) {
+            Ok(_) => removed += 1,
+            Err(e) => {
+                tracing::info!(gpu = %reshape.gpu, %uuid, error = %e, "re-shape stopped short");
+                return (removed, 0, false);
+            }
+        }
+    }
+    let mut destroyed = 0;
+    for (id, placement) in &reshape.destroy {
+        match engine.destroy_free_instance(&reshape.gpu, *id, *placement) {
+            Ok(true) => destroyed += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::info!(gpu = %reshape.gpu, instance = id, error = %e, "re-shape stopped short");
+                return (removed, destroyed, false);
+            }
+        }
+    }
+    (removed, destroyed, true)
+}
+
 /// A forecast entry whose creates were refused on a GPU: (GPU, the entry, how many).
 pub type Short = (String, DeviceEntry, usize);
 
@@ -355,23 +543,17 @@ pub fn refused_forecast_creates(
     out
 }
 
-/// Takes a re-shape's steps: its spares removed (each only while still the pool's), then
-/// `missing` spares of `entry` made on the GPU; (removed, made).
+/// Takes a re-shape's steps ([`take_steps`]), then makes `missing` spares of `entry` on
+/// the GPU; (removed, made).
 fn execute(
     engine: &Engine,
     reshape: &Reshape,
     entry: &DeviceEntry,
     missing: usize,
 ) -> (usize, usize) {
-    let mut removed = 0;
-    for (uuid, owner) in &reshape.remove {
-        match engine.remove_spare(uuid, owner) {
-            Ok(_) => removed += 1,
-            Err(e) => {
-                tracing::info!(gpu = %reshape.gpu, %uuid, error = %e, "re-shape stopped short");
-                return (removed, 0);
-            }
-        }
+    let (removed, _, all) = take_steps(engine, reshape);
+    if !all {
+        return (removed, 0);
     }
     let mut made = 0;
     for _ in 0..missing {
@@ -523,20 +705,12 @@ impl Reshaper for PoolReshaper {
         let reshape = plan(&shapes, pools, &ids).filter(|r| r.gpu == first.gpu)?;
         // A refusal may always re-shape; it stamps the GPU all the same.
         self.last.stamp(&reshape.gpu, crate::persist::now_unix());
-        let mut removed = 0;
-        for (uuid, owner) in &reshape.remove {
-            match engine.remove_spare(uuid, owner) {
-                Ok(_) => removed += 1,
-                Err(e) => {
-                    tracing::info!(gpu = %reshape.gpu, %uuid, error = %e, "re-shape stopped short");
-                    break;
-                }
-            }
-        }
+        let (removed, destroyed, _) = take_steps(engine, &reshape);
         tracing::info!(
             gpu = %reshape.gpu,
             toward = %req.type_query,
             removed,
+            destroyed,
             layout = %name,
             reason = Reason::Refused.name(),
             mode = reshape.mode(),
@@ -712,6 +886,7 @@ mod tests {
             address: address.into(),
             heterogeneous: false,
             mixed: None,
+            mig: None,
             devices: devices
                 .iter()
                 .map(|(u, t, o)| (u.to_string(), t.to_string(), o.to_string()))
@@ -966,6 +1141,7 @@ devices = [
                 size: EIGHT_Q.0,
                 starts: EIGHT_Q.1.to_vec(),
             }),
+            mig: None,
         };
         let equal = gpu(
             "0000:01:00.0",
@@ -990,5 +1166,134 @@ devices = [
             .devices
             .push(("gvt".into(), "nvidia-4q".into(), "pool-a".into()));
         assert_eq!(plan(&[hidden], &pools(), &want), None);
+    }
+
+    /// A GPU instance of `profile_id` at `start` spanning `size` slices, recorded by vgpud,
+    /// holding `device` (UUID, owner) if any.
+    fn slot(
+        id: u32,
+        profile_id: u32,
+        start: u32,
+        size: u32,
+        device: Option<(&str, &str)>,
+    ) -> MigSlot {
+        MigSlot {
+            id,
+            profile_id,
+            placement: Placement { start, size },
+            device: device.map(|(u, o)| (u.to_string(), o.to_string())),
+            recorded: true,
+        }
+    }
+
+    /// An H200 in MIG mode with seven free 1g instances (profile 19) at slices 0..=6, asked
+    /// for a 3g (profile 9: 4 slices at 0 or 4).
+    fn sevens() -> MigShape {
+        MigShape {
+            profile_id: 9,
+            placements: vec![
+                Placement { start: 0, size: 4 },
+                Placement { start: 4, size: 4 },
+            ],
+            instances: (0..7).map(|i| slot(i + 1, 19, i, 1, None)).collect(),
+        }
+    }
+
+    fn ids(destroy: &[(u32, Placement)]) -> Vec<u32> {
+        destroy.iter().map(|(id, _)| *id).collect()
+    }
+
+    #[test]
+    fn a_mig_gpu_frees_the_placement_with_the_fewest_spares_then_instances_in_the_way() {
+        // All free: [4,8) holds three instances, [0,4) four.
+        let (at, remove, destroy) = plan_mig(&sevens(), &pools()).expect("room");
+        assert_eq!((at, remove.len()), (4, 0));
+        assert_eq!(ids(&destroy), [5, 6, 7]);
+        assert_eq!(destroy[0].1, Placement { start: 4, size: 1 });
+        // A spare at slice 5: the four free instances of [0,4) go rather than a spare.
+        let mut m = sevens();
+        m.instances[5].device = Some(("s5".into(), "pool-a".into()));
+        let (at, remove, destroy) = plan_mig(&m, &pools()).expect("room");
+        assert_eq!((at, remove.len()), (0, 0));
+        assert_eq!(ids(&destroy), [1, 2, 3, 4]);
+        // Spares at 1, 2 and 5: the run with one spare; the spare removed first, then the
+        // instances destroyed in placement order (listed in any order).
+        m.instances[1].device = Some(("s1".into(), "pool-a".into()));
+        m.instances[2].device = Some(("s2".into(), "pool-b".into()));
+        m.instances.reverse();
+        let (at, remove, destroy) = plan_mig(&m, &pools()).expect("room");
+        assert_eq!(at, 4);
+        assert_eq!(remove, [("s5".to_string(), "pool-a".to_string())]);
+        assert_eq!(ids(&destroy), [5, 6, 7]);
+        // A larger instance in the way counts once: a 2g (profile 14) at 0 and 1g at 2 and
+        // 3 against 1g at 4, 5, 6 and a 1g spare at 4.
+        let mut m = sevens();
+        m.instances.drain(0..2);
+        m.instances.push(slot(20, 14, 0, 2, None));
+        let (at, _, destroy) = plan_mig(&m, &pools()).expect("room");
+        assert_eq!(at, 0);
+        assert_eq!(ids(&destroy), [20, 3, 4]);
+        let r = plan(
+            &[ShapeGpu {
+                address: "0000:01:00.0".into(),
+                heterogeneous: false,
+                devices: Vec::new(),
+                mixed: None,
+                mig: Some(sevens()),
+            }],
+            &pools(),
+            &["nvidia-1416".into()],
+        )
+        .expect("a re-shape");
+        assert_eq!(
+            (r.mode(), r.destroy.len()),
+            ("MIG: placement 4 freed".to_string(), 3)
+        );
+    }
+
+    #[test]
+    fn a_mig_gpu_with_a_device_of_anyone_else_or_instances_vgpud_did_not_make_is_left_alone() {
+        // A desktop, or a vGPU vgpud does not know, in the way or not: untouched.
+        for (i, owner) in [(5, "alice-vm"), (1, "alice-vm"), (5, "")] {
+            let mut m = sevens();
+            m.instances[i].device = Some(("d".into(), owner.into()));
+            assert_eq!(plan_mig(&m, &pools()), None, "{:?}", m.instances[i]);
+        }
+        // A device of anyone else the instances do not show (the GPU's devices): untouched.
+        let g = ShapeGpu {
+            address: "0000:01:00.0".into(),
+            heterogeneous: false,
+            devices: vec![("d".into(), "nvidia-1414".into(), "alice-vm".into())],
+            mixed: None,
+            mig: Some(sevens()),
+        };
+        assert_eq!(plan(&[g], &pools(), &["nvidia-1416".into()]), None);
+        // An instance vgpud did not make, free, keeps its placement as it is.
+        let mut m = sevens();
+        m.instances[6].recorded = false;
+        let (at, _, destroy) = plan_mig(&m, &pools()).expect("room");
+        assert_eq!((at, ids(&destroy)), (0, vec![1, 2, 3, 4]));
+        m.instances[0].recorded = false;
+        assert_eq!(plan_mig(&m, &pools()), None);
+        // A free placement, or a free instance of the profile: the create failed otherwise.
+        let mut m = sevens();
+        m.instances.drain(4..);
+        assert_eq!(plan_mig(&m, &pools()), None);
+        let mut m = sevens();
+        m.instances.drain(4..);
+        m.instances.push(slot(9, 9, 4, 4, None));
+        assert_eq!(plan_mig(&m, &pools()), None);
+        // Every placement of a 1g filled by a spare of its own profile: no swap.
+        let mut m = sevens();
+        m.profile_id = 19;
+        m.placements = (0..7).map(|start| Placement { start, size: 1 }).collect();
+        for (i, s) in m.instances.iter_mut().enumerate() {
+            s.device = Some((format!("s{i}"), "pool-a".into()));
+        }
+        assert_eq!(plan_mig(&m, &pools()), None);
+        // No pools: the spares are anyone else's.
+        let mut m = sevens();
+        m.instances[5].device = Some(("s5".into(), "pool-a".into()));
+        assert_eq!(plan_mig(&m, &BTreeSet::new()), None);
     }
 }
