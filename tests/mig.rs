@@ -1064,3 +1064,37 @@ async fn a_heterogeneous_mode_set_behind_vgpuds_back_is_seen() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// NVML is read again on a uevent of the GPU (here its driver unbound and bound by another
+/// process), not only at the slow timer: a mode the driver took meanwhile is seen at once.
+#[tokio::test]
+async fn nvml_is_read_again_on_a_uevent_of_the_gpu() {
+    let s = h200_with(&["--nvml-interval-s", "3600"]).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    let heterogeneous = || async {
+        gpu_proxy(&s.conn, &pf)
+            .await
+            .heterogeneous_mode()
+            .await
+            .expect("HeterogeneousMode")
+    };
+    assert!(!heterogeneous().await);
+    vgpud_sim_driver::update(&s.host.root, &pf, |state| state.heterogeneous = true)
+        .expect("driver state");
+    let write = |rel: &str| {
+        vgpud::host::Host::simulated(&s.host.root)
+            .write_attr(&s.host.path(rel), &pf)
+            .unwrap_or_else(|e| panic!("writing {pf} to {rel}: {e}"));
+    };
+    write("sys/bus/pci/drivers/nvidia/unbind");
+    write("sys/bus/pci/drivers/nvidia/bind");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !heterogeneous().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "NVML was not read again on the GPU's uevents:\n{}",
+            s.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
