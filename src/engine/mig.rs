@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::{lock, Engine, EngineError, EngineResult, Event};
-use crate::gpu_control::{ControlError, GpuInstance, MigMode, MigProfile, Placement};
+use crate::gpu_control::{ActiveVgpu, ControlError, GpuInstance, MigMode, MigProfile, Placement};
 use crate::model::{GpuInstanceView, NvidiaState, VENDOR_NVIDIA};
 use crate::persist::{self, sriov::RecordedInstance};
 
@@ -154,10 +154,8 @@ impl Engine {
             None => (Vec::new(), Vec::new()),
         };
         let active = c.active_vgpus(pf).unwrap_or_default();
-        let devices = self.devices_of(pf);
-        // NVML says which instance a vGPU runs in, not which VF it is on (its PCI id is the
-        // guest's): the device is named by the mdev UUID, else by vgpud's record of the
-        // instance it made for a device, else by the vGPU's type.
+        let known = self.devices_of(pf);
+        let devices: Vec<&str> = known.iter().map(|d| d.uuid.as_str()).collect();
         let made_for: Vec<(u32, u32, String)> = self
             .settings(pf)
             .map(|s| {
@@ -168,22 +166,7 @@ impl Engine {
                     .collect()
             })
             .unwrap_or_default();
-        let user_of = |i: &GpuInstance| -> String {
-            let Some(v) = active.iter().find(|v| v.gpu_instance_id == Some(i.id)) else {
-                return String::new();
-            };
-            let by_mdev = devices
-                .iter()
-                .find(|d| !v.mdev_uuid.is_empty() && d.uuid.eq_ignore_ascii_case(&v.mdev_uuid));
-            let by_record = made_for
-                .iter()
-                .find(|(start, profile, _)| *start == i.placement.start && *profile == i.profile_id)
-                .map(|(_, _, uuid)| uuid.clone());
-            by_mdev
-                .map(|d| d.uuid.clone())
-                .or(by_record)
-                .unwrap_or_else(|| format!("(vGPU type {})", v.type_id))
-        };
+        let user_of = |i: &GpuInstance| instance_user(i, &active, &devices, &made_for);
         let gpu_instances = instances
             .into_iter()
             .map(|i| GpuInstanceView {
@@ -929,6 +912,33 @@ pub(super) fn mig_room_in(
     Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
 }
 
+/// Who uses GPU instance `i`, as the GPU's `GpuInstances` name it: NVML says which instance a
+/// vGPU runs in, not which VF it is on (its PCI id is the guest's), so the device is named by
+/// the vGPU's mdev UUID among `devices`, else by vgpud's record of the instance it made for a
+/// device (`made_for`: start, profile, UUID), else by the vGPU's type; empty when no vGPU
+/// runs in it.
+fn instance_user(
+    i: &GpuInstance,
+    active: &[ActiveVgpu],
+    devices: &[&str],
+    made_for: &[(u32, u32, String)],
+) -> String {
+    let Some(v) = active.iter().find(|v| v.gpu_instance_id == Some(i.id)) else {
+        return String::new();
+    };
+    let by_mdev = devices
+        .iter()
+        .find(|d| !v.mdev_uuid.is_empty() && d.eq_ignore_ascii_case(&v.mdev_uuid));
+    let by_record = made_for
+        .iter()
+        .find(|(start, profile, _)| *start == i.placement.start && *profile == i.profile_id)
+        .map(|(_, _, uuid)| uuid.clone());
+    by_mdev
+        .map(|d| d.to_string())
+        .or(by_record)
+        .unwrap_or_else(|| format!("(vGPU type {})", v.type_id))
+}
+
 /// `GPU instance 3 (3g.71gb at placement 4)`.
 pub(super) fn describe_instance(i: &GpuInstance, profile: &str) -> String {
     format!(
@@ -1027,6 +1037,39 @@ mod tests {
             profile_id,
             placement: Placement { start, size },
             compute_instances: 0,
+        }
+    }
+
+    #[test]
+    fn an_instance_is_named_by_its_vgpus_mdev_then_vgpuds_record_then_the_vgpus_type() {
+        const DEV: &str = "5eed0000-0000-4000-8000-00000000000a";
+        let gi = at(4, 4, 9);
+        let vgpu = |instance: u32, mdev: &str| ActiveVgpu {
+            type_id: 1417,
+            mdev_uuid: mdev.into(),
+            gpu_instance_id: Some(instance),
+            ..ActiveVgpu::default()
+        };
+        let record = vec![(4, 9, "recorded".to_string())];
+        // No vGPU runs in it: nobody.
+        assert_eq!(instance_user(&gi, &[vgpu(1, "")], &[DEV], &record), "");
+        // The mdev UUID names a device (in any case) before the record does.
+        let upper = DEV.to_uppercase();
+        assert_eq!(instance_user(&gi, &[vgpu(5, &upper)], &[DEV], &record), DEV);
+        // An mdev UUID of no device, or none (vendor-specific VFIO): the record, where it is
+        // of this instance's start and profile.
+        for mdev in ["5eed0000-0000-4000-8000-0000000000ff", ""] {
+            assert_eq!(
+                instance_user(&gi, &[vgpu(5, mdev)], &[DEV, ""], &record),
+                "recorded"
+            );
+        }
+        for other in [(0, 9), (4, 14)] {
+            let record = vec![(other.0, other.1, "recorded".to_string())];
+            assert_eq!(
+                instance_user(&gi, &[vgpu(5, "")], &[DEV, ""], &record),
+                "(vGPU type 1417)"
+            );
         }
     }
 
