@@ -1098,3 +1098,30 @@ async fn nvml_is_read_again_on_a_uevent_of_the_gpu() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// SetMigMode records the mode for the boot check only with `persistent` (the default): a
+/// mode changed with `persistent` false leaves the recorded one, which the boot check then
+/// finds the GPU out of.
+#[tokio::test]
+async fn only_a_persistent_mig_mode_is_recorded_for_the_boot_check() {
+    let mut s = h200().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[]))
+        .await
+        .expect("MIG on, recorded");
+    n.set_mig_mode(&pf, false, bool_opts(&[("persistent", false)]))
+        .await
+        .expect("MIG off, not recorded");
+    drop(n);
+    s.daemon.stop();
+    s.host.reboot(H200);
+    restart_with_nvml(&mut s).await;
+    let gpu = gpu_proxy(&s.conn, &pf).await;
+    assert_eq!(gpu.mig_mode().await.expect("MigMode"), (false, false));
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("not in its recorded MIG mode") && log.contains("recorded with MIG on"),
+        "{log}"
+    );
+}
