@@ -1050,18 +1050,23 @@ async fn a_heterogeneous_mode_set_behind_vgpuds_back_is_seen() {
         .expect("HeterogeneousMode"));
     vgpud_sim_driver::update(&s.host.root, &pf, |state| state.heterogeneous = true)
         .expect("driver state");
+    heterogeneous_is_seen(&s, &pf, "the mode set by another tool is never seen").await;
+}
+
+/// Waits up to 10 s for GPU `pf` to show the heterogeneous mode; fails saying `why`.
+async fn heterogeneous_is_seen(s: &Setup, pf: &str, why: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let gpu = gpu_proxy(&s.conn, &pf).await;
+        let gpu = gpu_proxy(&s.conn, pf).await;
         if gpu.heterogeneous_mode().await.expect("HeterogeneousMode") {
-            break;
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the mode set by another tool is never seen:\n{}",
+            "{why}:\n{}",
             s.daemon.log_text()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -1071,14 +1076,11 @@ async fn a_heterogeneous_mode_set_behind_vgpuds_back_is_seen() {
 async fn nvml_is_read_again_on_a_uevent_of_the_gpu() {
     let s = h200_with(&["--nvml-interval-s", "3600"]).await;
     let pf = h200_gpus(&s).await[0].clone();
-    let heterogeneous = || async {
-        gpu_proxy(&s.conn, &pf)
-            .await
-            .heterogeneous_mode()
-            .await
-            .expect("HeterogeneousMode")
-    };
-    assert!(!heterogeneous().await);
+    assert!(!gpu_proxy(&s.conn, &pf)
+        .await
+        .heterogeneous_mode()
+        .await
+        .expect("HeterogeneousMode"));
     vgpud_sim_driver::update(&s.host.root, &pf, |state| state.heterogeneous = true)
         .expect("driver state");
     let write = |rel: &str| {
@@ -1088,15 +1090,7 @@ async fn nvml_is_read_again_on_a_uevent_of_the_gpu() {
     };
     write("sys/bus/pci/drivers/nvidia/unbind");
     write("sys/bus/pci/drivers/nvidia/bind");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !heterogeneous().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "NVML was not read again on the GPU's uevents:\n{}",
-            s.daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    heterogeneous_is_seen(&s, &pf, "NVML was not read again on the GPU's uevents").await;
 }
 
 /// SetMigMode records the mode for the boot check only with `persistent` (the default): a
