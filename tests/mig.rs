@@ -1119,3 +1119,31 @@ async fn only_a_persistent_mig_mode_is_recorded_for_the_boot_check() {
         "{log}"
     );
 }
+
+/// A MIG-backed vGPU that the driver refuses leaves no GPU instance behind: the one made for
+/// it is destroyed again.
+#[tokio::test]
+async fn a_mig_backed_vgpu_the_driver_refuses_leaves_no_instance_behind() {
+    let s = h200().await;
+    let m = s.manager().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    n.set_mig_mode(&pf, true, opts(&[])).await.expect("MIG on");
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs on");
+    let options = s.host.path("run/vgpud-simulator");
+    std::fs::create_dir_all(&options).expect("options");
+    std::fs::write(options.join("fail-vf-type-write"), "EIO once").expect("option");
+    let e = s
+        .busctl_create("H200X-3-71C", &[("parent", &pf)])
+        .expect_err("the driver refuses the VF's type");
+    assert!(e.contains("the driver refused"), "{e}");
+    let left = gpu_proxy(&s.conn, &pf)
+        .await
+        .gpu_instances()
+        .await
+        .expect("GpuInstances");
+    assert!(left.is_empty(), "{left:?}");
+    // The next one is made, in an instance of its own.
+    s.busctl_create("H200X-3-71C", &[("parent", &pf)])
+        .expect("a MIG-backed vGPU");
+}
