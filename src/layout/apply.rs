@@ -60,6 +60,18 @@ pub struct Outcome {
     pub detail: String,
 }
 
+/// A device as a layout sees it.
+pub(super) fn device_view(d: &crate::engine::DeviceInfo) -> DeviceView {
+    DeviceView {
+        uuid: d.uuid.clone(),
+        type_id: d.type_id.clone(),
+        type_name: d.type_name.clone(),
+        owner: d.owner.clone(),
+        active: d.active,
+        created: d.created,
+    }
+}
+
 /// The host as the plan sees it: every physical GPU with its VFs, MIG state, instances,
 /// modes, scheduler and devices.
 pub fn host_view(engine: &Engine) -> HostView {
@@ -69,14 +81,7 @@ pub fn host_view(engine: &Engine) -> HostView {
         devices
             .entry(engine.gpu_of_parent(&d.parent))
             .or_default()
-            .push(DeviceView {
-                uuid: d.uuid,
-                type_id: d.type_id,
-                type_name: d.type_name,
-                owner: d.owner,
-                active: d.active,
-                created: d.created,
-            });
+            .push(device_view(&d));
     }
     let gpus = engine
         .list_gpus()

@@ -364,15 +364,6 @@ pub fn may_reshape(last: Option<u64>, now: u64, reason: Reason) -> bool {
     }
 }
 
-/// The tags of a layout's pools.
-fn pool_tags(layout: &Layout) -> BTreeSet<String> {
-    layout
-        .gpus
-        .iter()
-        .flat_map(|g| g.devices.iter().map(|d| d.owner.clone()))
-        .collect()
-}
-
 /// `gpus` as a re-shape sees them, and the ids they name `type_query` by.
 fn shapes_of(engine: &Engine, gpus: &[String], type_query: &str) -> (Vec<ShapeGpu>, Vec<String>) {
     let devices = engine.list_devices();
@@ -624,16 +615,16 @@ impl PoolReshaper {
         name: &str,
         outcomes: &[Outcome],
     ) -> Vec<String> {
-        let Ok(layout) = super::file::load(engine.host().root(), name) else {
+        let Some(active) = self.active_layout(engine.host()).filter(|a| a.name == name) else {
             return Vec::new();
         };
-        if !super::pools::has_forecast(&layout) {
+        let (layout, pools) = (&active.layout, &active.pools);
+        if !super::pools::has_forecast(layout) {
             return Vec::new();
         }
-        let pools = pool_tags(&layout);
         let view = super::apply::host_view(engine);
         let mut done = Vec::new();
-        for (gpu, entry, missing) in refused_forecast_creates(&layout, &view, outcomes) {
+        for (gpu, entry, missing) in refused_forecast_creates(layout, &view, outcomes) {
             let _held = LayoutLock::hold(engine.host().root(), vec![gpu.clone()]);
             let now = crate::persist::now_unix();
             if !may_reshape(self.last.of(&gpu), now, Reason::Forecast) {
@@ -642,7 +633,7 @@ impl PoolReshaper {
                 continue;
             }
             let (shapes, ids) = shapes_of(engine, std::slice::from_ref(&gpu), &entry.type_query);
-            let Some(reshape) = plan(&shapes, &pools, &ids) else {
+            let Some(reshape) = plan(&shapes, pools, &ids) else {
                 continue;
             };
             self.last.stamp(&gpu, now);
@@ -728,7 +719,12 @@ impl Reshaper for PoolReshaper {
         let gpu = engine.gpu_of_parent(&device.parent);
         let view = keeping_view(engine, &gpu, &active.keeping);
         let layout = super::pools::sized(engine, &active.layout, &view, crate::persist::now_unix());
-        let pool = super::pools::pool_for_released(&layout, &view, &gpu, &view_of(device))?;
+        let pool = super::pools::pool_for_released(
+            &layout,
+            &view,
+            &gpu,
+            &super::apply::device_view(device),
+        )?;
         if let Some(why) = self.held_by_running_guest(device) {
             tracing::info!(uuid = %device.uuid, %pool, "a released device is not kept for its pool ({why}): it is removed");
             return None;
@@ -741,18 +737,6 @@ impl Reshaper for PoolReshaper {
     }
 }
 
-/// A device as a layout sees it.
-fn view_of(d: &DeviceInfo) -> DeviceView {
-    DeviceView {
-        uuid: d.uuid.clone(),
-        type_id: d.type_id.clone(),
-        type_name: d.type_name.clone(),
-        owner: d.owner.clone(),
-        active: d.active,
-        created: d.created,
-    }
-}
-
 /// The host as [`super::pools::pool_for_released`] and [`super::pools::sized`] need it for a
 /// device released on `gpu`: every physical GPU's address and model (which entry matches
 /// it), and on `gpu` only the devices of the `keeping` pools (the only ones counted), not a
@@ -761,7 +745,7 @@ fn keeping_view(engine: &Engine, gpu: &str, keeping: &BTreeSet<String>) -> HostV
     let mut devices: Vec<DeviceView> = engine
         .devices_owned_on(gpu, keeping)
         .iter()
-        .map(view_of)
+        .map(super::apply::device_view)
         .collect();
     HostView {
         gpus: engine
