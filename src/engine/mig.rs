@@ -578,14 +578,7 @@ impl Engine {
             .gpu_instances
             .into_iter()
             .map(|v| {
-                let known = recorded.iter().any(|r| {
-                    (r.start, r.size, r.profile_id)
-                        == (
-                            v.instance.placement.start,
-                            v.instance.placement.size,
-                            v.instance.profile_id,
-                        )
-                });
+                let known = is_recorded(&recorded, &v.instance);
                 (v.instance, v.device, known)
             })
             .collect();
@@ -623,11 +616,7 @@ impl Engine {
                 view.profile, view.device
             )));
         }
-        let recorded = self.settings(gpu)?.gpu_instances.iter().any(|r| {
-            (r.start, r.size, r.profile_id)
-                == (placement.start, placement.size, view.instance.profile_id)
-        });
-        if !recorded {
+        if !is_recorded(&self.settings(gpu)?.gpu_instances, &view.instance) {
             return Err(EngineError::Busy(format!(
                 "GPU instance {id} of {gpu} was not made by vgpud; it is left alone"
             )));
@@ -910,6 +899,14 @@ pub(super) fn mig_room_in(
         0
     };
     Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
+}
+
+/// Whether vgpud recorded GPU instance `i` (made it, for a device or persistently): a record
+/// of its placement and profile.
+fn is_recorded(recorded: &[RecordedInstance], i: &GpuInstance) -> bool {
+    recorded.iter().any(|r| {
+        (r.start, r.size, r.profile_id) == (i.placement.start, i.placement.size, i.profile_id)
+    })
 }
 
 /// Who uses GPU instance `i`, as the GPU's `GpuInstances` name it: NVML says which instance a
