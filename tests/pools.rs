@@ -477,23 +477,12 @@ devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
     );
     assert_eq!(owned_by(&c, "pool-4q").await.len(), 2);
     let log_count = |s: &Setup, what: &str| s.daemon.log_text().matches(what).count();
-    async fn wait_for(s: &Setup, what: &str, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while s.daemon.log_text().matches(what).count() < n {
-            assert!(
-                Instant::now() < deadline,
-                "no {what:?} (#{n}): {}",
-                s.daemon.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 
     // A hand-out wakes the refill: the forecast pool finds no room, so the GPU of 4Q
     // spares is re-shaped toward it.
     s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-a")])
         .expect("a spare");
-    wait_for(&s, "re-shaped a GPU of spares", 1).await;
+    s.daemon.wait_for_log("re-shaped a GPU of spares", 1).await;
     let log = s.daemon.log_text();
     assert!(
         log.contains("reason=\"forecast\"") || log.contains("reason=forecast"),
@@ -511,7 +500,9 @@ devices = [{{ type = "RTX6000-1Q", spares = 4, owner = "pool-task" }}]
         .expect("client");
     s.busctl_create("RTX6000-1Q", &[("pool", "pool-task"), ("owner", "vm-b")])
         .expect("a spare");
-    wait_for(&s, "the GPU was re-shaped less than an hour ago", 1).await;
+    s.daemon
+        .wait_for_log("the GPU was re-shaped less than an hour ago", 1)
+        .await;
     assert_eq!(log_count(&s, "re-shaped a GPU of spares"), 0);
     assert_eq!(owned_by(&c, "pool-2q").await, two);
     assert_eq!(owned_by(&c, "pool-4q").await, Vec::<String>::new());

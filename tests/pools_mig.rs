@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use common::nvml::fake_library;
 use common::proxy::{error_name, gpu_proxy, opts, NvidiaProxy};
@@ -228,23 +227,12 @@ async fn the_forecast_re_shapes_mig_instances_and_not_back_within_the_hour() {
         "{steps:?}"
     );
     assert_eq!(owned_by(&c, "pool-1g").await.len(), 4);
-    async fn wait_for(s: &Setup, what: &str, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while s.daemon.log_text().matches(what).count() < n {
-            assert!(
-                Instant::now() < deadline,
-                "no {what:?} (#{n}): {}",
-                s.daemon.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
 
     // A hand-out wakes the refill: the 3g pool finds no room, and [0,4) (three free
     // instances and one spare, against three spares in [4,8)) is freed for it.
     s.busctl_create(ONE_G, &[("pool", "pool-task"), ("owner", "vm-a")])
         .expect("a spare");
-    wait_for(&s, "re-shaped a GPU of spares", 1).await;
+    s.daemon.wait_for_log("re-shaped a GPU of spares", 1).await;
     let log = s.daemon.log_text();
     assert!(log.contains("MIG: placement 0 freed"), "{log}");
     assert!(
@@ -260,7 +248,9 @@ async fn the_forecast_re_shapes_mig_instances_and_not_back_within_the_hour() {
     // is not swapped back for 1g.
     s.busctl_create(ONE_G, &[("pool", "pool-task"), ("owner", "vm-b")])
         .expect("a spare");
-    wait_for(&s, "the GPU was re-shaped less than an hour ago", 1).await;
+    s.daemon
+        .wait_for_log("the GPU was re-shaped less than an hour ago", 1)
+        .await;
     assert_eq!(
         s.daemon
             .log_text()

@@ -371,6 +371,19 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits up to 15 s for `what` to appear `n` times in the log; fails with the log.
+    pub async fn wait_for_log(&self, what: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.log_text().matches(what).count() < n {
+            assert!(
+                Instant::now() < deadline,
+                "no {what:?} (#{n}): {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
