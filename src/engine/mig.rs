@@ -603,11 +603,7 @@ impl Engine {
         let held = lock(&gpu_lock);
         self.refresh_nvidia(gpu, false);
         let state = self.nvidia_state(gpu).unwrap_or_default();
-        let Some(view) = state
-            .gpu_instances
-            .iter()
-            .find(|v| v.instance.id == id && v.instance.placement == placement)
-        else {
+        let Some(view) = instance_still_at(&state.gpu_instances, id, placement) else {
             return Ok(false);
         };
         if !view.device.is_empty() {
@@ -754,21 +750,18 @@ impl Engine {
         let _held = gpu_lock.as_ref().map(|l| lock(l));
         self.refresh_nvidia(pf, false);
         let state = self.nvidia_state(pf).unwrap_or_default();
-        let here = state.gpu_instances.iter().find(|v| {
-            v.instance.placement.start == rec.start && v.instance.profile_id == rec.profile_id
-        });
-        match here {
-            Some(v) if v.device.is_empty() => {
-                if let Err(e) = self.control.destroy_gpu_instance(pf, v.instance.id) {
-                    tracing::warn!(%pf, id = v.instance.id, error = %e, "could not destroy the GPU instance of a removed vGPU");
+        match leftover_instance(&state.gpu_instances, &rec) {
+            Leftover::Free(id) => {
+                if let Err(e) = self.control.destroy_gpu_instance(pf, id) {
+                    tracing::warn!(%pf, id, error = %e, "could not destroy the GPU instance of a removed vGPU");
                     return;
                 }
                 self.refresh_nvidia(pf, false);
             }
-            Some(v) => {
-                tracing::info!(%pf, id = v.instance.id, user = %v.device, "the GPU instance made for a removed vGPU is used by another; it stays");
+            Leftover::UsedBy(id, user) => {
+                tracing::info!(%pf, id, %user, "the GPU instance made for a removed vGPU is used by another; it stays");
             }
-            None => {}
+            Leftover::Gone => {}
         }
         let placement = Placement {
             start: rec.start,
@@ -899,6 +892,42 @@ pub(super) fn mig_room_in(
         0
     };
     Some(u32::try_from(free).unwrap_or(u32::MAX) + more)
+}
+
+/// The GPU instance that is still instance `id` at `placement` among `instances` (`None`: it
+/// went, or the driver gave its ID or its placement to another since).
+fn instance_still_at(
+    instances: &[GpuInstanceView],
+    id: u32,
+    placement: Placement,
+) -> Option<&GpuInstanceView> {
+    instances
+        .iter()
+        .find(|v| v.instance.id == id && v.instance.placement == placement)
+}
+
+/// What is left of the GPU instance vgpud made for a removed device.
+#[derive(Debug, PartialEq, Eq)]
+enum Leftover<'a> {
+    /// Instance `.0` is still there and free: it is destroyed.
+    Free(u32),
+    /// Instance `.0` is used by device `.1`, which moved into it: it stays.
+    UsedBy(u32, &'a str),
+    /// It is gone.
+    Gone,
+}
+
+/// [`Leftover`] of the instance `rec` records (found by its placement's start and its
+/// profile; IDs change) among `instances`.
+fn leftover_instance<'a>(instances: &'a [GpuInstanceView], rec: &RecordedInstance) -> Leftover<'a> {
+    let here = instances.iter().find(|v| {
+        v.instance.placement.start == rec.start && v.instance.profile_id == rec.profile_id
+    });
+    match here {
+        Some(v) if v.device.is_empty() => Leftover::Free(v.instance.id),
+        Some(v) => Leftover::UsedBy(v.instance.id, &v.device),
+        None => Leftover::Gone,
+    }
 }
 
 /// Whether vgpud recorded GPU instance `i` (made it, for a device or persistently): a record
@@ -1292,5 +1321,92 @@ mod tests {
         assert_eq!(mig_room_in(&state, 10, true), Some(0));
         state.mig = None;
         assert_eq!(mig_room_in(&state, 10, true), Some(0));
+    }
+
+    fn instance_view(
+        id: u32,
+        start: u32,
+        size: u32,
+        profile_id: u32,
+        device: &str,
+    ) -> GpuInstanceView {
+        GpuInstanceView {
+            instance: GpuInstance {
+                id,
+                profile_id,
+                placement: Placement { start, size },
+                compute_instances: 0,
+            },
+            profile: String::new(),
+            device: device.into(),
+        }
+    }
+
+    fn record(start: u32, size: u32, profile_id: u32) -> RecordedInstance {
+        RecordedInstance {
+            profile_id,
+            start,
+            size,
+            compute_instance: true,
+            id: 0,
+            for_device: "gone-device".into(),
+        }
+    }
+
+    #[test]
+    fn a_re_shape_destroys_only_the_instance_still_with_its_id_at_its_placement() {
+        let two = Placement { start: 2, size: 2 };
+        // Instance 3 went; the driver gave ID 3 to a new instance at slice 4, and a new
+        // instance 5 sits at the old placement: neither is the one planned for.
+        let now = [
+            instance_view(3, 4, 2, 14, ""),
+            instance_view(5, 2, 2, 14, ""),
+        ];
+        assert_eq!(instance_still_at(&now, 3, two), None);
+        assert_eq!(
+            instance_still_at(&now, 5, two).map(|v| v.instance.id),
+            Some(5)
+        );
+        let moved = Placement { start: 4, size: 2 };
+        assert_eq!(
+            instance_still_at(&now, 3, moved).map(|v| v.instance.placement),
+            Some(moved)
+        );
+        assert_eq!(instance_still_at(&[], 3, two), None);
+    }
+
+    #[test]
+    fn a_removed_devices_instance_is_destroyed_only_when_free() {
+        let rec = record(2, 2, 14);
+        // Found by start and profile (IDs change at boot), not by ID.
+        let free = [
+            instance_view(1, 0, 2, 14, "x"),
+            instance_view(9, 2, 2, 14, ""),
+        ];
+        assert_eq!(leftover_instance(&free, &rec), Leftover::Free(9));
+        let moved_in = [instance_view(9, 2, 2, 14, "other-vgpu")];
+        assert_eq!(
+            leftover_instance(&moved_in, &rec),
+            Leftover::UsedBy(9, "other-vgpu")
+        );
+        // Another profile at the same start is not it; neither is another start.
+        let others = [
+            instance_view(9, 2, 2, 15, ""),
+            instance_view(4, 4, 2, 14, ""),
+        ];
+        assert_eq!(leftover_instance(&others, &rec), Leftover::Gone);
+        assert_eq!(leftover_instance(&[], &rec), Leftover::Gone);
+    }
+
+    #[test]
+    fn an_instance_is_recorded_only_with_its_start_size_and_profile() {
+        let i = at(2, 2, 14);
+        let recorded = [record(0, 1, 19), record(2, 2, 14)];
+        assert!(is_recorded(&recorded, &i));
+        assert!(!is_recorded(&recorded[..1], &i));
+        assert!(!is_recorded(&[], &i));
+        for other in [record(3, 2, 14), record(2, 1, 14), record(2, 2, 15)] {
+            assert!(!is_recorded(std::slice::from_ref(&other), &i), "{other:?}");
+        }
     }
 }
