@@ -637,6 +637,54 @@ mod tests {
         }
     }
 
+    /// Two calls that want the same answer at once ask once; the answer is handed to `kept`
+    /// once and the question closed; a full table of open questions is emptied, not grown.
+    #[tokio::test]
+    async fn concurrent_asks_for_one_key_ask_once_and_open_questions_are_bounded() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let pending: Mutex<HashMap<u32, Arc<tokio::sync::OnceCell<u32>>>> = Mutex::default();
+        let (asked, kept) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (answer, answered) = tokio::sync::watch::channel(false);
+        let ask = || async {
+            asked.fetch_add(1, Ordering::SeqCst);
+            let _ = answered.clone().wait_for(|a| *a).await;
+            7
+        };
+        let keep_it = |v: &u32| {
+            assert_eq!(*v, 7);
+            kept.fetch_add(1, Ordering::SeqCst);
+        };
+        let answer_later = async {
+            tokio::task::yield_now().await;
+            answer.send(true).expect("the askers wait");
+        };
+        let (first, second, ()) = tokio::join!(
+            once_per_key(&pending, 1, ask, keep_it),
+            once_per_key(&pending, 1, ask, keep_it),
+            answer_later
+        );
+        assert_eq!((first, second), (7, 7));
+        assert_eq!(
+            asked.load(Ordering::SeqCst),
+            1,
+            "the second waits for the first's question"
+        );
+        assert_eq!(kept.load(Ordering::SeqCst), 1, "the answer is kept once");
+        assert!(lock(&pending).is_empty(), "the question is closed");
+
+        // KEEP_MAX questions left open (their askers went): the next one empties the table.
+        for k in 0..KEEP_MAX as u32 {
+            lock(&pending).insert(k + 100, Arc::default());
+        }
+        let v = once_per_key(&pending, 2, || async { 3 }, |_| {}).await;
+        assert_eq!(v, 3);
+        assert!(
+            lock(&pending).is_empty(),
+            "{} left open",
+            lock(&pending).len()
+        );
+    }
+
     #[test]
     fn kept_answers_are_bounded_and_expired_ones_go_first() {
         let mut map: HashMap<u32, (Instant, bool)> = HashMap::new();
