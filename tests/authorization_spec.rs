@@ -183,3 +183,71 @@ fn callers_granted_only_read_or_nothing_get_exactly_that() {
     );
     assert_eq!(before, after, "the refused changes changed nothing");
 }
+
+/// The test's polkit rule for the counted user: every org.vgpud1 action is allowed, and each
+/// question polkitd answers appends the action to a file (polkit.spawn runs as polkitd).
+const COUNTING_RULE: &str = r#"// tests/authorization_spec.rs: vgpud-counted may do anything; each question is counted.
+polkit.addRule(function(action, subject) {
+    if (action.id.indexOf("org.vgpud1.") != 0 || subject.user != "vgpud-counted") {
+        return polkit.Result.NOT_HANDLED;
+    }
+    polkit.spawn(["/bin/sh", "-c", "echo \"$0\" >> @ASKS@", action.id]);
+    return polkit.Result.YES;
+});
+"#;
+
+/// vgpud keeps polkit's answer for a connection and an action (10 s), so a connection's
+/// calls cost one question each action; a call that allows interaction is asked every time
+/// (the user may be asked a password), and its yes is kept for the calls that do not.
+#[test]
+fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept() {
+    const TEST: &str =
+        "polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept";
+    if !common::skip::require_root(
+        TEST,
+        "to make a mount namespace, bind-mount polkit's files and call as another user",
+    ) {
+        return;
+    }
+    assert!(
+        std::path::Path::new("/usr/lib/polkit-1/polkitd").exists(),
+        "the real polkitd is needed (Debian package polkitd; tools/install-deps installs it)"
+    );
+    let host = TestHost::new(&["mtty"]);
+    let work = tempfile::tempdir().expect("tempdir");
+    let rules = work.path().join("10-vgpud-test-counted.rules");
+    std::fs::write(&rules, COUNTING_RULE).expect("rules");
+    let client =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/kept_answers.py");
+    let run = authorization::run_in_namespace("kept_answers.sh", &host.root, &[&rules, &client]);
+    let stdout = &run.stdout;
+    let field = |tag: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag))
+            .map(str::to_string)
+            .collect()
+    };
+    let calls = field("CALL\t");
+    assert_eq!(calls.len(), 5, "every call answered:\n{stdout}");
+    for call in &calls {
+        let (label, outcome) = call.split_once('\t').expect("label and outcome");
+        let expected = if label.starts_with("read") {
+            "ok"
+        } else {
+            // Let in, then refused for the unknown device.
+            "org.vgpud1.Error.NotFound"
+        };
+        assert_eq!(outcome, expected, "{label}:\n{stdout}");
+    }
+    assert_eq!(
+        field("ASK\t"),
+        [
+            "org.vgpud1.read",
+            "org.vgpud1.manage-devices",
+            "org.vgpud1.manage-devices"
+        ],
+        "polkit's questions: one for the two reads, one for each interactive call, none for \
+         the change after an interactive yes:\n{stdout}"
+    );
+}

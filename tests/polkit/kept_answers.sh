@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# How often vgpud asks polkit, under the real polkitd in a private mount namespace
+# (tests/polkit/system-bus.sh): run as `unshare --mount --propagation private
+# kept_answers.sh ...` by tests/authorization_spec.rs.
+#
+# Arguments: REPO WORK VGPUD SIMROOT RULES CLIENT. RULES is a polkit .rules file put in
+# /etc/polkit-1/rules.d next to the project's before polkitd starts; it may append a line
+# to WORK/asks for each question polkitd answers for the user vgpud-counted (polkit.spawn,
+# with the file's path written as @ASKS@). CLIENT is a Python program run as that user,
+# whose standard output is printed; then prints `ASK<TAB>line` for each line of WORK/asks.
+set -euo pipefail
+repo=$1 work=$2 vgpud=$3 simroot=$4 rules=$5 client=$6
+# shellcheck source=tests/polkit/system-bus.sh
+. "$repo/tests/polkit/system-bus.sh"
+mkdir -p "$work/rules"
+: >"$work/asks"
+chmod 0666 "$work/asks"
+sed "s|@ASKS@|$work/asks|g" "$rules" >"$work/rules/$(basename "$rules")"
+chmod 0644 "$work/rules/$(basename "$rules")"
+start_system_bus "$repo" "$work" "$vgpud" "$simroot" vgpud-counted 64920
+echo "READY polkitd and vgpud are on the bus"
+setpriv --reuid=vgpud-counted --regid=vgpud-counted --init-groups /usr/bin/python3 "$client"
+sed 's/^/ASK\t/' "$work/asks"
