@@ -184,21 +184,24 @@ fn callers_granted_only_read_or_nothing_get_exactly_that() {
     assert_eq!(before, after, "the refused changes changed nothing");
 }
 
-/// The test's polkit rule for the counted user: every org.vgpud1 action is allowed, and each
-/// question polkitd answers appends the action to a file (polkit.spawn runs as polkitd).
+/// The test's polkit rule for the counted user: every org.vgpud1 action is allowed but
+/// configuring the host, which needs the administrator's password; each question polkitd
+/// answers appends the action to a file (polkit.spawn runs as polkitd).
 const COUNTING_RULE: &str = r#"// tests/authorization_spec.rs: vgpud-counted may do anything; each question is counted.
 polkit.addRule(function(action, subject) {
     if (action.id.indexOf("org.vgpud1.") != 0 || subject.user != "vgpud-counted") {
         return polkit.Result.NOT_HANDLED;
     }
     polkit.spawn(["/bin/sh", "-c", "echo \"$0\" >> @ASKS@", action.id]);
-    return polkit.Result.YES;
+    return action.id == "org.vgpud1.configure-host" ? polkit.Result.AUTH_ADMIN : polkit.Result.YES;
 });
 "#;
 
 /// vgpud keeps polkit's answer for a connection and an action (10 s), so a connection's
 /// calls cost one question each action; a call that allows interaction is asked every time
-/// (the user may be asked a password), and its yes is kept for the calls that do not.
+/// (the user may be asked a password), and its yes is kept for the calls that do not. A call
+/// that authenticating would let in is told so (`InteractiveAuthorizationRequired`). Without
+/// polkitd, only root is let in.
 #[test]
 fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept() {
     const TEST: &str =
@@ -229,14 +232,14 @@ fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept
             .collect()
     };
     let calls = field("CALL\t");
-    assert_eq!(calls.len(), 5, "every call answered:\n{stdout}");
+    assert_eq!(calls.len(), 6, "every call answered:\n{stdout}");
     for call in &calls {
         let (label, outcome) = call.split_once('\t').expect("label and outcome");
-        let expected = if label.starts_with("read") {
-            "ok"
-        } else {
+        let expected = match label {
+            l if l.starts_with("read") => "ok",
+            "configure" => "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
             // Let in, then refused for the unknown device.
-            "org.vgpud1.Error.NotFound"
+            _ => "org.vgpud1.Error.NotFound",
         };
         assert_eq!(outcome, expected, "{label}:\n{stdout}");
     }
@@ -245,9 +248,24 @@ fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept
         [
             "org.vgpud1.read",
             "org.vgpud1.manage-devices",
-            "org.vgpud1.manage-devices"
+            "org.vgpud1.manage-devices",
+            "org.vgpud1.configure-host"
         ],
         "polkit's questions: one for the two reads, one for each interactive call, none for \
          the change after an interactive yes:\n{stdout}"
+    );
+    let gone = field("GONE\t");
+    let user = gone.iter().find_map(|l| l.strip_prefix("user\t"));
+    assert!(
+        user.is_some_and(|m| m.contains("AccessDenied")
+            && m.contains("polkit cannot be asked")
+            && m.contains("is not root")),
+        "without polkitd, the user is refused: {user:?}\n{stdout}"
+    );
+    let root = gone.iter().find_map(|l| l.strip_prefix("root\t"));
+    assert_eq!(
+        root,
+        Some("ok"),
+        "without polkitd, root is let in:\n{stdout}"
     );
 }

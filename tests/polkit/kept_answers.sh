@@ -8,6 +8,8 @@
 # to WORK/asks for each question polkitd answers for the user vgpud-counted (polkit.spawn,
 # with the file's path written as @ASKS@). CLIENT is a Python program run as that user,
 # whose standard output is printed; then prints `ASK<TAB>line` for each line of WORK/asks.
+# Then polkitd is stopped and ListGpus called once more, by new connections, as the user
+# and as root: `GONE<TAB>user|root<TAB>ok|<error name><TAB>message`.
 set -euo pipefail
 repo=$1 work=$2 vgpud=$3 simroot=$4 rules=$5 client=$6
 # shellcheck source=tests/polkit/system-bus.sh
@@ -21,3 +23,15 @@ start_system_bus "$repo" "$work" "$vgpud" "$simroot" vgpud-counted 64920
 echo "READY polkitd and vgpud are on the bus"
 setpriv --reuid=vgpud-counted --regid=vgpud-counted --init-groups /usr/bin/python3 "$client"
 sed 's/^/ASK\t/' "$work/asks"
+kill "${pids[1]}" # polkitd (start_system_bus: the bus, polkitd, vgpud)
+wait "${pids[1]}" 2>/dev/null || true
+gone() { # CALLER RUN...: ListGpus through gdbus, once polkitd is gone
+  local caller=$1 out rc
+  shift
+  out=$("$@" gdbus call --system --dest org.vgpud1 --object-path /org/vgpud1 \
+    --method org.vgpud1.Manager.ListGpus 2>&1) && rc=0 || rc=$?
+  if [ $rc -eq 0 ]; then out=ok; fi
+  printf 'GONE\t%s\t%s\n' "$caller" "$(printf '%s' "$out" | tr '\n\t' '  ' | cut -c1-400)"
+}
+gone user setpriv --reuid=vgpud-counted --regid=vgpud-counted --init-groups
+gone root
