@@ -197,7 +197,7 @@ polkit.addRule(function(action, subject) {
 });
 "#;
 
-/// vgpud keeps polkit's answer for a connection and an action (10 s), so a connection's
+/// vgpud keeps polkit's answer for a connection and an action (5 s), so a connection's
 /// calls cost one question each action; a call that allows interaction is asked every time
 /// (the user may be asked a password), and its yes is kept for the calls that do not. A call
 /// that authenticating would let in is told so (`InteractiveAuthorizationRequired`). Without
