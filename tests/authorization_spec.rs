@@ -258,7 +258,7 @@ fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept
     let user = gone.iter().find_map(|l| l.strip_prefix("user\t"));
     assert!(
         user.is_some_and(|m| m.contains("AccessDenied")
-            && m.contains("polkit cannot be asked")
+            && m.contains("polkit cannot be asked (org.freedesktop.PolicyKit1 is not on the bus)")
             && m.contains("is not root")),
         "without polkitd, the user is refused: {user:?}\n{stdout}"
     );

@@ -272,9 +272,12 @@ impl Access {
             .check_authorization(&subject, action.id(), &HashMap::new(), flags, "")
             .await
             .map_err(|e| match &e {
-                zbus::Error::MethodError(name, _, _)
-                    if name.as_str() == "org.freedesktop.DBus.Error.ServiceUnknown"
-                        || name.as_str() == "org.freedesktop.DBus.Error.NameHasNoOwner" =>
+                // zbus reports the bus's own error names as `Error::FDO`.
+                zbus::Error::FDO(f)
+                    if matches!(
+                        **f,
+                        zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_)
+                    ) =>
                 {
                     "org.freedesktop.PolicyKit1 is not on the bus".to_string()
                 }
