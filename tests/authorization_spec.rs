@@ -198,14 +198,15 @@ polkit.addRule(function(action, subject) {
 "#;
 
 /// vgpud keeps polkit's answer for a connection and an action (5 s), so a connection's
-/// calls cost one question each action; a call that allows interaction is asked every time
+/// calls cost one question each action (tests/polkit_answers.rs checks bursts and kept
+/// refusals with a stand-in), and the bus is asked the connection's credentials once; a call that allows interaction is asked every time
 /// (the user may be asked a password), and its yes is kept for the calls that do not. A call
 /// that authenticating would let in is told so (`InteractiveAuthorizationRequired`). Without
 /// polkitd, only root is let in.
 #[test]
-fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept() {
+fn the_real_polkitd_is_asked_once_per_action_and_connection_and_the_bus_once_per_connection() {
     const TEST: &str =
-        "polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept";
+        "the_real_polkitd_is_asked_once_per_action_and_connection_and_the_bus_once_per_connection";
     if !common::skip::require_root(
         TEST,
         "to make a mount namespace, bind-mount polkit's files and call as another user",
@@ -253,6 +254,20 @@ fn polkit_is_asked_once_per_connection_and_action_and_an_interactive_yes_is_kept
         ],
         "polkit's questions: one for the two reads, one for each interactive call, none for \
          the change after an interactive yes:\n{stdout}"
+    );
+    // The bus is asked for the client's credentials once, by vgpud, for its six calls.
+    let (vgpud, client) = (field("VGPUD\t"), field("CLIENT\t"));
+    assert!(
+        vgpud.len() == 1 && client.len() == 1 && vgpud[0].starts_with(':'),
+        "vgpud's and the client's names on the bus:\n{stdout}"
+    );
+    let looked_up = field("MONITOR\t")
+        .iter()
+        .filter(|l| **l == format!("{}\t{}", vgpud[0], client[0]))
+        .count();
+    assert_eq!(
+        looked_up, 1,
+        "vgpud's GetConnectionCredentials for the client's connection:\n{stdout}"
     );
     let gone = field("GONE\t");
     let user = gone.iter().find_map(|l| l.strip_prefix("user\t"));

@@ -1,6 +1,6 @@
 """One connection (Gio) makes calls with and without ALLOW_INTERACTIVE_AUTHORIZATION, for
 tests/authorization_spec.rs's count of vgpud's questions to polkit. Prints
-`CALL<TAB>label<TAB>ok|<D-Bus error name>` per call."""
+`CLIENT<TAB>its unique name`, then `CALL<TAB>label<TAB>ok|<D-Bus error name>` per call."""
 import sys
 
 import gi
@@ -11,6 +11,7 @@ from gi.repository import Gio, GLib  # noqa: E402
 bus = Gio.bus_get_sync(Gio.BusType.SYSTEM, None)
 INTERACTIVE = Gio.DBusCallFlags.ALLOW_INTERACTIVE_AUTHORIZATION
 BOGUS = "00000000-0000-4000-8000-00000000c0de"
+print(f"CLIENT\t{bus.get_unique_name()}", flush=True)
 
 
 def call(label, member, args, flags):

@@ -7,7 +7,8 @@
 # /etc/polkit-1/rules.d next to the project's before polkitd starts; it may append a line
 # to WORK/asks for each question polkitd answers for the user vgpud-counted (polkit.spawn,
 # with the file's path written as @ASKS@). CLIENT is a Python program run as that user,
-# whose standard output is printed; then prints `ASK<TAB>line` for each line of WORK/asks.
+# whose standard output is printed; then prints `ASK<TAB>line` for each line of WORK/asks,
+# and the credentials asked of the bus meanwhile (MONITOR, below).
 # Then polkitd is stopped and ListGpus called once more, by new connections, as the user
 # and as root: `GONE<TAB>user|root<TAB>ok|<error name><TAB>message`.
 set -euo pipefail
@@ -21,8 +22,23 @@ sed "s|@ASKS@|$work/asks|g" "$rules" >"$work/rules/$(basename "$rules")"
 chmod 0644 "$work/rules/$(basename "$rules")"
 start_system_bus "$repo" "$work" "$vgpud" "$simroot" vgpud-counted 64920
 echo "READY polkitd and vgpud are on the bus"
+# Who asks the bus for whose credentials while the client calls: `MONITOR<TAB>sender
+# <TAB>connection` per GetConnectionCredentials, and `VGPUD<TAB>vgpud's unique name`.
+printf 'VGPUD\t%s\n' "$(busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call org.freedesktop.DBus \
+  /org/freedesktop/DBus org.freedesktop.DBus GetNameOwner s org.vgpud1 | sed 's/^s "\(.*\)"$/\1/')"
+dbus-monitor --address "$DBUS_SYSTEM_BUS_ADDRESS" \
+  "type='method_call',interface='org.freedesktop.DBus',member='GetConnectionCredentials'" \
+  >"$work/monitor" 2>&1 &
+monitor=$!
+pids+=("$monitor")
+for _ in $(seq 1 100); do grep -q NameAcquired "$work/monitor" 2>/dev/null && break; sleep 0.05; done
 setpriv --reuid=vgpud-counted --regid=vgpud-counted --init-groups /usr/bin/python3 "$client"
 sed 's/^/ASK\t/' "$work/asks"
+kill "$monitor"
+wait "$monitor" 2>/dev/null || true
+# A call's header line names its sender; its first argument follows (string ":1.N").
+awk '/member=GetConnectionCredentials/ { match($0, /sender=[^ ]*/); sender = substr($0, RSTART + 7, RLENGTH - 7); next }
+     sender != "" && /^ *string "/ { gsub(/^ *string "|"$/, ""); printf "MONITOR\t%s\t%s\n", sender, $0; sender = "" }' "$work/monitor"
 kill "${pids[1]}" # polkitd (start_system_bus: the bus, polkitd, vgpud)
 wait "${pids[1]}" 2>/dev/null || true
 gone() { # CALLER RUN...: ListGpus through gdbus, once polkitd is gone
