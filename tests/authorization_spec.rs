@@ -269,6 +269,16 @@ fn the_real_polkitd_is_asked_once_per_action_and_connection_and_the_bus_once_per
         looked_up, 1,
         "vgpud's GetConnectionCredentials for the client's connection:\n{stdout}"
     );
+    // The refused StopDevice's audit line names the client's unit, from its cgroup.
+    let unit = field("UNIT\t");
+    let audit = field("AUDIT\t");
+    let stop = audit
+        .iter()
+        .find(|l| l.contains("by StopDevice of uid 64920"));
+    assert!(
+        unit.len() == 1 && stop.is_some_and(|l| l.contains(&format!("caller_unit=\"{}\"", unit[0]))),
+        "the audit line of the refused StopDevice names the caller's unit {unit:?}: {stop:?}\n{stdout}"
+    );
     let gone = field("GONE\t");
     let user = gone.iter().find_map(|l| l.strip_prefix("user\t"));
     assert!(

@@ -8,7 +8,8 @@
 # to WORK/asks for each question polkitd answers for the user vgpud-counted (polkit.spawn,
 # with the file's path written as @ASKS@). CLIENT is a Python program run as that user,
 # whose standard output is printed; then prints `ASK<TAB>line` for each line of WORK/asks,
-# and the credentials asked of the bus meanwhile (MONITOR, below).
+# the credentials asked of the bus meanwhile (MONITOR, below) and vgpud's audit lines
+# (`AUDIT<TAB>line`).
 # Then polkitd is stopped and ListGpus called once more, by new connections, as the user
 # and as root: `GONE<TAB>user|root<TAB>ok|<error name><TAB>message`.
 set -euo pipefail
@@ -32,7 +33,19 @@ dbus-monitor --address "$DBUS_SYSTEM_BUS_ADDRESS" \
 monitor=$!
 pids+=("$monitor")
 for _ in $(seq 1 100); do grep -q NameAcquired "$work/monitor" 2>/dev/null && break; sleep 0.05; done
-setpriv --reuid=vgpud-counted --regid=vgpud-counted --init-groups /usr/bin/python3 "$client"
+# The client runs in a cgroup of its own, named like a systemd scope, which vgpud's audit
+# lines name as the caller's unit (`UNIT<TAB>name`).
+cgroup2=$(findmnt -n -t cgroup2 -o TARGET | head -n 1)
+[ -n "$cgroup2" ] || { echo "kept_answers: no cgroup2 file system is mounted" >&2; exit 1; }
+unit=vgpud-test-$$.scope
+mkdir "$cgroup2/$unit"
+printf 'UNIT\t%s\n' "$unit"
+rc=0
+sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup2/$unit" \
+  setpriv --reuid=vgpud-counted --regid=vgpud-counted --init-groups /usr/bin/python3 "$client" || rc=$?
+rmdir "$cgroup2/$unit"
+[ $rc -eq 0 ] || exit $rc
+grep -a 'audit: ' "$work/vgpud.log" | sed 's/^/AUDIT\t/' || true
 sed 's/^/ASK\t/' "$work/asks"
 kill "$monitor"
 wait "$monitor" 2>/dev/null || true
