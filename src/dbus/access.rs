@@ -271,18 +271,7 @@ impl Access {
         authority
             .check_authorization(&subject, action.id(), &HashMap::new(), flags, "")
             .await
-            .map_err(|e| match &e {
-                // zbus reports the bus's own error names as `Error::FDO`.
-                zbus::Error::FDO(f)
-                    if matches!(
-                        **f,
-                        zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_)
-                    ) =>
-                {
-                    "org.freedesktop.PolicyKit1 is not on the bus".to_string()
-                }
-                _ => e.to_string(),
-            })
+            .map_err(|e| why_polkit_failed(&e))
     }
 
     /// polkit's authority, made once (without the property cache a proxy makes by default,
@@ -548,6 +537,22 @@ pub fn describe(c: &Caller) -> String {
     }
 }
 
+/// Why polkit could not be asked: its absence in words, any other error as it is. zbus
+/// reports the bus's own error names as `Error::FDO`.
+fn why_polkit_failed(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::FDO(f)
+            if matches!(
+                **f,
+                zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_)
+            ) =>
+        {
+            "org.freedesktop.PolicyKit1 is not on the bus".to_string()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// The systemd unit of a process, from the last component of its cgroup path
 /// (`0::/system.slice/vdsmd.service` → `vdsmd.service`).
 fn unit_of(pid: u32) -> Option<String> {
@@ -716,6 +721,29 @@ mod tests {
         assert!(map.len() >= KEEP_MAX);
         keep(&mut map, u32::MAX - 2, true);
         assert_eq!(map.len(), 1);
+    }
+
+    #[test]
+    fn polkits_absence_is_named_and_other_errors_are_kept() {
+        use zbus::fdo::Error as Fdo;
+        for absent in [
+            Fdo::ServiceUnknown("no .service file".into()),
+            Fdo::NameHasNoOwner("no owner".into()),
+        ] {
+            assert_eq!(
+                why_polkit_failed(&zbus::Error::FDO(Box::new(absent))),
+                "org.freedesktop.PolicyKit1 is not on the bus"
+            );
+        }
+        let other = why_polkit_failed(&zbus::Error::FDO(Box::new(Fdo::NoReply("late".into()))));
+        assert!(
+            other.contains("NoReply") && other.contains("late"),
+            "{other}"
+        );
+        assert_eq!(
+            why_polkit_failed(&zbus::Error::InvalidReply),
+            zbus::Error::InvalidReply.to_string()
+        );
     }
 
     #[test]
