@@ -306,3 +306,52 @@ async fn an_instance_vgpud_did_not_record_is_never_destroyed_even_free() {
     assert_eq!(owned_by(&c, "pool-1g").await.len(), 1);
     assert!(s.daemon.log_text().contains("MIG: placement 4 freed"));
 }
+
+#[tokio::test]
+async fn spares_in_instances_not_made_for_them_are_named_and_re_shaped() {
+    let (s, c, n, gpus) = mig_host().await;
+    let pf = &gpus[0];
+    // Seven free 1g instances made through vgpud (recorded), then five 1g spares, which the
+    // driver puts into free instances: no instance is made for them, so only their VFs
+    // (`nvidia/gpu_instance_id`) say which instance each runs in.
+    for start in 0..=6 {
+        free_1g(&n, pf, start).await;
+    }
+    layout(
+        &s,
+        "mig",
+        pf,
+        &format!("{{ type = \"{ONE_G}\", spares = 5, owner = \"pool-1g\" }}"),
+        "",
+    );
+    apply(&c, "mig").await;
+    let spares = owned_by(&c, "pool-1g").await;
+    assert_eq!(spares.len(), 5, "{spares:?}");
+    let before = instances(&s, pf).await;
+    let used: Vec<&String> = before
+        .iter()
+        .map(|i| &i.3)
+        .filter(|d| !d.is_empty())
+        .collect();
+    assert_eq!(used.len(), 5, "{before:?}");
+    assert!(
+        used.iter().all(|d| spares.contains(d)),
+        "each used instance is named by its spare's UUID: {before:?}"
+    );
+    // [0,4) holds four spares, [4,8) one and two free instances: [4,8) is freed.
+    let at4 = device_at(&s, pf, 4).await;
+    assert!(spares.contains(&at4), "{before:?}");
+    let made = s
+        .busctl_create(THREE_G, &[("parent", pf), ("owner", "bob-vm")])
+        .expect("a 3g after a MIG re-shape of spares in instances not made for them");
+    let after = instances(&s, pf).await;
+    assert_eq!(after[..4], before[..4], "{after:?}");
+    assert_eq!(
+        (after[4].0, after[4].2.as_str(), after[4].3.as_str()),
+        (4, "3g.71gb", made.as_str()),
+        "{after:?}"
+    );
+    let left = owned_by(&c, "pool-1g").await;
+    assert!(left.len() == 4 && !left.contains(&at4), "{left:?}");
+    assert!(s.daemon.log_text().contains("MIG: placement 4 freed"));
+}

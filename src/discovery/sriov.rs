@@ -143,6 +143,14 @@ pub fn read_vf_vgpu(host: &Host, vf: &str) -> HostResult<Option<VfVgpu>> {
     }))
 }
 
+/// The GPU instance the MIG-backed vGPU on VF `vf` runs in (`nvidia/gpu_instance_id`);
+/// `None` when the VF has no such vGPU (the driver fails the read then) or the file is
+/// unreadable.
+pub fn read_vf_gpu_instance(host: &Host, vf: &str) -> Option<u32> {
+    let path = vgpu_dir(host, vf).join("gpu_instance_id");
+    host.read_attr_opt(&path).ok()??.trim().parse().ok()
+}
+
 /// The number in an NVIDIA type id (`nvidia-1150` → 1150).
 pub fn nvidia_type_number(type_id: &str) -> Option<u32> {
     type_id.strip_prefix("nvidia-")?.parse().ok()

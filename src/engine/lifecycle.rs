@@ -323,16 +323,16 @@ impl Engine {
         };
         let assigned = self.assign_vf(parent, ty, &Making::from_request(uuid, req));
         match (&assigned, &made_instance) {
-            (Ok(Outcome::Made(_)), Some(made)) => {
+            (Ok(Outcome::Made(info)), Some(made)) => {
                 self.record_instance_for(parent, made, uuid);
-                self.refresh_nvidia(parent, false);
+                self.refresh_nvidia_making(parent, info);
             }
-            (Ok(Outcome::Made(_)), None) => {
+            (Ok(Outcome::Made(info)), None) => {
                 if self
                     .mig_profile_of_type(parent, sriov_type_number(ty).unwrap_or(0))
                     .is_some()
                 {
-                    self.refresh_nvidia(parent, false);
+                    self.refresh_nvidia_making(parent, info);
                 }
             }
             (_, Some(made)) => self.drop_instance(parent, made),

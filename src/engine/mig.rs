@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{lock, Engine, EngineError, EngineResult, Event};
+use super::{lock, DeviceInfo, DeviceKind, Engine, EngineError, EngineResult, Event};
 use crate::gpu_control::{ActiveVgpu, ControlError, GpuInstance, MigMode, MigProfile, Placement};
 use crate::model::{GpuInstanceView, NvidiaState, VENDOR_NVIDIA};
 use crate::persist::{self, sriov::RecordedInstance};
@@ -139,6 +139,12 @@ impl Engine {
 
     /// Reads what NVML says of `pf` now. `None` when NVML is unavailable or does not know it.
     fn read_nvidia_state(&self, pf: &str) -> Option<NvidiaState> {
+        self.read_nvidia_state_with(pf, None)
+    }
+
+    /// [`Engine::read_nvidia_state`], with `making`, a device made but not yet recorded,
+    /// among vgpud's devices (so the instance it runs in is named after it).
+    fn read_nvidia_state_with(&self, pf: &str, making: Option<&DeviceInfo>) -> Option<NvidiaState> {
         let c = &*self.control;
         if c.availability().is_err() {
             return None;
@@ -154,7 +160,8 @@ impl Engine {
             None => (Vec::new(), Vec::new()),
         };
         let active = c.active_vgpus(pf).unwrap_or_default();
-        let known = self.devices_of(pf);
+        let mut known = self.devices_of(pf);
+        known.extend(making.cloned());
         let devices: Vec<&str> = known.iter().map(|d| d.uuid.as_str()).collect();
         let made_for: Vec<(u32, u32, String)> = self
             .settings(pf)
@@ -166,7 +173,25 @@ impl Engine {
                     .collect()
             })
             .unwrap_or_default();
-        let user_of = |i: &GpuInstance| instance_user(i, &active, &devices, &made_for);
+        // The instance each of vgpud's SR-IOV vGPUs runs in, as its VF says: read only when
+        // a vGPU without an mdev UUID runs in an instance (vendor-specific VFIO).
+        let on_vfs: Vec<(u32, String)> = if active
+            .iter()
+            .any(|v| v.gpu_instance_id.is_some() && v.mdev_uuid.is_empty())
+        {
+            known
+                .iter()
+                .filter(|d| d.kind == DeviceKind::SriovVgpu && d.active)
+                .filter_map(|d| {
+                    let vf = d.address.as_deref()?;
+                    let gi = crate::discovery::sriov::read_vf_gpu_instance(&self.host, vf)?;
+                    Some((gi, d.uuid.clone()))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let user_of = |i: &GpuInstance| instance_user(i, &active, &devices, &on_vfs, &made_for);
         let gpu_instances = instances
             .into_iter()
             .map(|i| GpuInstanceView {
@@ -196,6 +221,13 @@ impl Engine {
     pub(super) fn refresh_nvidia(&self, pf: &str, external: bool) {
         let state = self.read_nvidia_state(pf);
         self.publish_nvidia(pf, state, external);
+    }
+
+    /// [`Engine::refresh_nvidia`] for vgpud's own operation, right after it made `device`
+    /// (GPU lock held), before the device is recorded.
+    pub(super) fn refresh_nvidia_making(&self, pf: &str, device: &DeviceInfo) {
+        let state = self.read_nvidia_state_with(pf, Some(device));
+        self.publish_nvidia(pf, state, false);
     }
 
     /// Applies NVML's view `state` of `pf` and publishes what changed (see
@@ -940,13 +972,15 @@ fn is_recorded(recorded: &[RecordedInstance], i: &GpuInstance) -> bool {
 
 /// Who uses GPU instance `i`, as the GPU's `GpuInstances` name it: NVML says which instance a
 /// vGPU runs in, not which VF it is on (its PCI id is the guest's), so the device is named by
-/// the vGPU's mdev UUID among `devices`, else by vgpud's record of the instance it made for a
-/// device (`made_for`: start, profile, UUID), else by the vGPU's type; empty when no vGPU
-/// runs in it.
+/// the vGPU's mdev UUID among `devices`, else by the VF that says it runs in `i`
+/// (`on_vfs`: instance ID and the UUID of vgpud's device on the VF, from the VF's
+/// `nvidia/gpu_instance_id`), else by vgpud's record of the instance it made for a device
+/// (`made_for`: start, profile, UUID), else by the vGPU's type; empty when no vGPU runs in it.
 fn instance_user(
     i: &GpuInstance,
     active: &[ActiveVgpu],
     devices: &[&str],
+    on_vfs: &[(u32, String)],
     made_for: &[(u32, u32, String)],
 ) -> String {
     let Some(v) = active.iter().find(|v| v.gpu_instance_id == Some(i.id)) else {
@@ -955,12 +989,17 @@ fn instance_user(
     let by_mdev = devices
         .iter()
         .find(|d| !v.mdev_uuid.is_empty() && d.eq_ignore_ascii_case(&v.mdev_uuid));
+    let by_vf = on_vfs
+        .iter()
+        .find(|(gi, _)| *gi == i.id)
+        .map(|(_, uuid)| uuid.clone());
     let by_record = made_for
         .iter()
         .find(|(start, profile, _)| *start == i.placement.start && *profile == i.profile_id)
         .map(|(_, _, uuid)| uuid.clone());
     by_mdev
         .map(|d| d.to_string())
+        .or(by_vf)
         .or(by_record)
         .unwrap_or_else(|| format!("(vGPU type {})", v.type_id))
 }
@@ -1067,7 +1106,7 @@ mod tests {
     }
 
     #[test]
-    fn an_instance_is_named_by_its_vgpus_mdev_then_vgpuds_record_then_the_vgpus_type() {
+    fn an_instance_is_named_by_its_vgpus_mdev_then_its_vf_then_vgpuds_record_then_the_vgpus_type() {
         const DEV: &str = "5eed0000-0000-4000-8000-00000000000a";
         let gi = at(4, 4, 9);
         let vgpu = |instance: u32, mdev: &str| ActiveVgpu {
@@ -1078,22 +1117,41 @@ mod tests {
         };
         let record = vec![(4, 9, "recorded".to_string())];
         // No vGPU runs in it: nobody.
-        assert_eq!(instance_user(&gi, &[vgpu(1, "")], &[DEV], &record), "");
+        let none: &[(u32, String)] = &[];
+        assert_eq!(
+            instance_user(&gi, &[vgpu(1, "")], &[DEV], none, &record),
+            ""
+        );
         // The mdev UUID names a device (in any case) before the record does.
         let upper = DEV.to_uppercase();
-        assert_eq!(instance_user(&gi, &[vgpu(5, &upper)], &[DEV], &record), DEV);
+        let vf_says = [(5, "on-the-vf".to_string())];
+        assert_eq!(
+            instance_user(&gi, &[vgpu(5, &upper)], &[DEV], &vf_says, &record),
+            DEV
+        );
+        // Without an mdev UUID, the VF whose gpu_instance_id is this instance's ID names it
+        // before the record does; a VF in another instance does not.
+        assert_eq!(
+            instance_user(&gi, &[vgpu(5, "")], &[DEV], &vf_says, &record),
+            "on-the-vf"
+        );
+        let elsewhere = [(6, "on-the-vf".to_string())];
+        assert_eq!(
+            instance_user(&gi, &[vgpu(5, "")], &[DEV], &elsewhere, &record),
+            "recorded"
+        );
         // An mdev UUID of no device, or none (vendor-specific VFIO): the record, where it is
         // of this instance's start and profile.
         for mdev in ["5eed0000-0000-4000-8000-0000000000ff", ""] {
             assert_eq!(
-                instance_user(&gi, &[vgpu(5, mdev)], &[DEV, ""], &record),
+                instance_user(&gi, &[vgpu(5, mdev)], &[DEV, ""], none, &record),
                 "recorded"
             );
         }
         for other in [(0, 9), (4, 14)] {
             let record = vec![(other.0, other.1, "recorded".to_string())];
             assert_eq!(
-                instance_user(&gi, &[vgpu(5, "")], &[DEV, ""], &record),
+                instance_user(&gi, &[vgpu(5, "")], &[DEV, ""], none, &record),
                 "(vGPU type 1417)"
             );
         }
