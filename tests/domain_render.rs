@@ -1015,14 +1015,20 @@ fn parse_refuses_bad_and_hostile_input() {
 }
 
 /// Every prefix of a real domain, and the domain with bytes replaced, gives an answer,
-/// never a panic.
+/// never a panic: the whole domain parses, and every prefix cut before its end tag is
+/// refused.
 #[test]
 fn parse_never_panics_on_damaged_input() {
     let mut d = with_all(domain("damaged", Graphics::Vnc), "/srv/d.qcow2");
     d.devices = vec![mdev(MDEV_1, GPU_0, true), pci(PCI_HANDLE, VF, false)];
     let xml = render_domain(&builtin(), "vdi", &d).unwrap();
+    assert!(parse_domain(&xml).is_ok(), "the whole domain parses");
+    let end_tag = xml.rfind("</domain>").expect("the end tag");
     for end in (0..xml.len()).filter(|i| xml.is_char_boundary(*i)) {
-        let _ = parse_domain(&xml[..end]);
+        let parsed = parse_domain(&xml[..end]);
+        if end <= end_tag {
+            assert!(parsed.is_err(), "a domain cut at byte {end} is refused");
+        }
     }
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let replacements = [
