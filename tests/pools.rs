@@ -618,3 +618,113 @@ async fn a_fragmented_mixed_size_gpu_of_spares_frees_one_run_never_one_with_a_de
     assert_eq!(c.list_devices().await.expect("ListDevices").len(), before);
     assert_eq!(on(&gpus[0]).await, first);
 }
+
+/// A time-sliced vGPU on an SR-IOV VF is kept like an mdev: its VF's `nvidia/vgpu_params`
+/// cleared, its type left on the VF, its record the pool's (and persistent) across a restart.
+#[tokio::test]
+async fn a_released_vgpu_on_a_vf_is_reset_and_kept_by_a_short_pool() {
+    const VF_TYPE: &str = "L40S-4Q";
+    const VF_POOL: &str = "pool-vf";
+    let mut s = Setup::with_args(&["nvidia-l40s"], &["--libvirt-uri", "test:///default"]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let mut gpus = s.gpus_with_driver("nvidia").await;
+    gpus.sort();
+    let pf = gpus[0].clone();
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    std::fs::write(
+        dir.join("keep.toml"),
+        format!(
+            "[[gpu]]\naddress = \"{pf}\"\nvfs = 32\ndevices = [{{ type = \"{VF_TYPE}\", spares = 1, owner = \"{VF_POOL}\", keep_released = true }}]\n"
+        ),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("keep", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    // An L40S holds 12 4Q: the spare and 11 desktops fill it, so the pool cannot refill.
+    let desktops: Vec<String> = (0..11)
+        .map(|i| {
+            let owner = format!("vm-{i}");
+            let mut o = vec![("parent", pf.as_str()), ("owner", owner.as_str())];
+            if i == 0 {
+                o.push(("params", "frame_rate_limiter=0"));
+            }
+            s.busctl_create(VF_TYPE, &o).expect("a desktop")
+        })
+        .collect();
+    let released = &desktops[0];
+    let vf = c.device(released).await.expect("the desktop").address;
+    let params = s
+        .host
+        .path(&format!("sys/bus/pci/devices/{vf}/nvidia/vgpu_params"));
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).expect("vgpu_params");
+    assert!(read(&params).contains("frame_rate_limiter=0"));
+    s.busctl_create(VF_TYPE, &[("pool", VF_POOL), ("owner", "vm-x")])
+        .expect("the spare handed out");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s.daemon.log_text().contains("pool refill step") {
+        assert!(Instant::now() < deadline, "no refill was tried");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(owned_by(&c, VF_POOL).await.is_empty());
+
+    s.busctl_manager("RemoveDevice", &["sa{sv}", released, "0"])
+        .expect("RemoveDevice");
+    let kept = c.device(released).await.expect("the released vGPU is kept");
+    assert_eq!(
+        (
+            kept.owner.as_str(),
+            kept.kind.as_str(),
+            kept.address.as_str()
+        ),
+        (VF_POOL, "sriov-vgpu", vf.as_str())
+    );
+    assert!(kept.persistent && kept.autostart, "{kept:?}");
+    assert_eq!(
+        read(&params).trim(),
+        "",
+        "its VF's vGPU parameters are cleared"
+    );
+    assert!(
+        !kept.attributes.contains_key("nvidia/vgpu_params"),
+        "{:?}",
+        kept.attributes
+    );
+    let current = s.host.path(&format!(
+        "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+    ));
+    assert_ne!(
+        read(&current).trim(),
+        "0",
+        "the VF keeps its vGPU: no release, no new create"
+    );
+    assert!(s
+        .daemon
+        .log_text()
+        .contains("released device reset and kept as a spare"));
+
+    // The pool is whole: the next release is removed, its VF freed.
+    let other = &desktops[1];
+    let other_vf = c.device(other).await.expect("a desktop").address;
+    s.busctl_manager("RemoveDevice", &["sa{sv}", other, "0"])
+        .expect("RemoveDevice");
+    assert!(c.device(other).await.is_err(), "a full pool kept {other}");
+    let other_current = s.host.path(&format!(
+        "sys/bus/pci/devices/{other_vf}/nvidia/current_vgpu_type"
+    ));
+    assert_eq!(read(&other_current).trim(), "0");
+
+    // Kept across a restart, and handed out warm.
+    s.restart_with_args(&["--libvirt-uri", "test:///default"])
+        .await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    assert_eq!(c.device(released).await.expect("kept").owner, VF_POOL);
+    let got = s
+        .busctl_create(VF_TYPE, &[("pool", VF_POOL), ("owner", "vm-y")])
+        .expect("the kept vGPU handed out");
+    assert_eq!(&got, released);
+}

@@ -126,8 +126,10 @@ pub fn read_vf_vgpu(host: &Host, vf: &str) -> HostResult<Option<VfVgpu>> {
         .read_attr_opt(&dir.join("creatable_vgpu_types"))?
         .map(|t| parse_creatable(&t))
         .unwrap_or_default();
+    // A single space is how the parameters are cleared: blank is none.
     let params = host
         .read_attr_opt(&dir.join("vgpu_params"))?
+        .filter(|p| !p.trim().is_empty())
         .unwrap_or_default();
     // The real driver fails the read (ENXIO) while the VF has no vGPU: that is "none".
     let placement_id = match host.read_attr_opt(&dir.join("placement_id")) {

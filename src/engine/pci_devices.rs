@@ -929,7 +929,7 @@ fn holds_type(s: &VfVgpu, type_id: &str) -> bool {
 }
 
 /// The vendor attributes of a VF vGPU as the Device reports them.
-fn vf_attributes(s: &VfVgpu) -> BTreeMap<String, String> {
+pub(super) fn vf_attributes(s: &VfVgpu) -> BTreeMap<String, String> {
     let mut attrs = BTreeMap::new();
     attrs.insert(CURRENT_TYPE.to_string(), s.current.to_string());
     if !s.params.is_empty() {

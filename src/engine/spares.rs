@@ -113,16 +113,24 @@ impl Engine {
         self.reshaper.0.get()?.pool_for_released(self, device)
     }
 
-    /// Whether a released device can be reset for its next tenant and kept: an NVIDIA vGPU
-    /// mdev (it has `nvidia/vgpu_params`) that exists, not backed by a MIG instance. No reset
-    /// is known to be safe for the others (GVT-g, SR-IOV VFs, MIG-backed, passthrough).
-    pub(super) fn resettable(&self, info: &DeviceInfo) -> bool {
-        info.kind == super::DeviceKind::Mdev
-            && info.active
-            && discovery::mdev_device_dir(&self.host, &info.uuid)
-                .join(VGPU_PARAMS)
-                .is_file()
-            && !self.is_mig_backed(info)
+    /// The file a released device is reset through for its next tenant, if it can be kept:
+    /// `nvidia/vgpu_params` of an NVIDIA vGPU that exists, an mdev or a time-sliced vGPU on
+    /// an SR-IOV VF (the VF has the same file), not backed by a MIG instance. No reset is
+    /// known to be safe for the others (GVT-g, MIG-backed, passthrough).
+    pub(super) fn reset_file(&self, info: &DeviceInfo) -> Option<std::path::PathBuf> {
+        if !info.active || self.is_mig_backed(info) {
+            return None;
+        }
+        let file = match info.kind {
+            super::DeviceKind::Mdev => {
+                discovery::mdev_device_dir(&self.host, &info.uuid).join(VGPU_PARAMS)
+            }
+            super::DeviceKind::SriovVgpu => {
+                discovery::sriov::pci_dir(&self.host, info.address.as_deref()?).join(VGPU_PARAMS)
+            }
+            super::DeviceKind::Passthrough => return None,
+        };
+        file.is_file().then_some(file)
     }
 
     /// Gives a released device to the pool that wants it, if one does, as a spare reset for
@@ -138,22 +146,30 @@ impl Engine {
         let Ok(info) = self.known(uuid) else {
             return Ok(None);
         };
-        if !self.resettable(&info) {
+        let Some(params) = self.reset_file(&info) else {
             return Ok(None);
-        }
+        };
         let Some(pool) = self.pool_for_released(&info).filter(|p| *p != info.owner) else {
             return Ok(None);
         };
         let pool = pool.as_str();
-        let dir = discovery::mdev_device_dir(&self.host, uuid);
-        if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), " ") {
+        if let Err(e) = self.host.write_attr(&params, " ") {
             tracing::warn!(%uuid, %pool, error = %e, "could not clear the vGPU parameters of a released device: it is removed instead");
             return Ok(None);
         }
-        let attributes = match discovery::read_device(&self.host, uuid) {
-            Ok(Some(dev)) => dev.attributes,
-            _ => info.attributes.clone(),
+        let read_again = match (&info.kind, info.address.as_deref()) {
+            (super::DeviceKind::SriovVgpu, Some(vf)) => {
+                discovery::sriov::read_vf_vgpu(&self.host, vf)
+                    .ok()
+                    .flatten()
+                    .map(|s| super::pci_devices::vf_attributes(&s))
+            }
+            _ => discovery::read_device(&self.host, uuid)
+                .ok()
+                .flatten()
+                .map(|dev| dev.attributes),
         };
+        let attributes = read_again.unwrap_or_else(|| info.attributes.clone());
         let released_by = info.owner.clone();
         let kept = DeviceInfo {
             owner: pool.to_string(),
@@ -162,17 +178,24 @@ impl Engine {
             autostart: true,
             ..info
         };
-        let definition = mdevctl::Definition {
-            parent: kept.parent.clone(),
-            uuid: kept.uuid.clone(),
-            mdev_type: kept.type_id.clone(),
-            autostart: true,
-            attrs: Vec::new(),
-        };
-        let files = [
-            mdevctl::file(&self.host, &definition),
-            state::file(&self.host, &super::lifecycle::record_of(&kept, None)),
-        ];
+        // An mdev is defined for mdevctl too; a vGPU on a VF has its record alone.
+        let mut files = Vec::new();
+        if kept.kind == super::DeviceKind::Mdev {
+            files.push(mdevctl::file(
+                &self.host,
+                &mdevctl::Definition {
+                    parent: kept.parent.clone(),
+                    uuid: kept.uuid.clone(),
+                    mdev_type: kept.type_id.clone(),
+                    autostart: true,
+                    attrs: Vec::new(),
+                },
+            ));
+        }
+        files.push(state::file(
+            &self.host,
+            &super::lifecycle::record_of(&kept, None),
+        ));
         persist::commit(&self.host, &files, &[])
             .map_err(|e| EngineError::persist(format!("keeping {uuid} as a spare of {pool}"), e))?;
         self.forget_lease(uuid);
