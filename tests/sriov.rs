@@ -589,6 +589,45 @@ async fn a_full_vf_refusal_says_what_runs_on_the_gpu() {
     );
 }
 
+/// A VF that carries a vGPU, or its GPU, is never passed through: vgpud's own check names
+/// the device (before the GPU's enabled VFs, a later check, could say anything).
+#[tokio::test]
+async fn a_vf_with_a_vgpu_and_its_gpu_are_not_passed_through_and_the_device_is_named() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    let uuid = s
+        .busctl_create("L40S-4Q", &[("parent", &pf), ("owner", "vm-a")])
+        .expect("4Q");
+    let vf = device_proxy(&s.conn, &uuid)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    for (what, parent) in [("its VF", vf.as_str()), ("its GPU", pf.as_str())] {
+        let e = m
+            .create_device("passthrough", opts(&[("parent", parent)]))
+            .await
+            .expect_err(what);
+        assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{what}: {e}");
+        assert!(
+            error_message(&e).contains(&format!("{parent} carries device {uuid}")),
+            "{what}: {}",
+            error_message(&e)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(s.host.path(&format!(
+            "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+        )))
+        .expect("the VF's type")
+        .trim(),
+        "1150",
+        "the vGPU stays"
+    );
+}
+
 /// Sets a test option of the simulated host (see `crates/sim/src/lib.rs`).
 fn sim_option(s: &Setup, name: &str, value: &str) {
     let dir = s.host.path("run/vgpud-simulator");
