@@ -590,13 +590,39 @@ async fn a_full_vf_refusal_says_what_runs_on_the_gpu() {
 }
 
 /// A VF that carries a vGPU, or its GPU, is never passed through: vgpud's own check names
-/// the device (before the GPU's enabled VFs, a later check, could say anything).
+/// the device (before the GPU's enabled VFs, a later check, could say anything); nor a GPU
+/// with VFs enabled, or one whose VFs carry mdevs (A40).
 #[tokio::test]
 async fn a_vf_with_a_vgpu_and_its_gpu_are_not_passed_through_and_the_device_is_named() {
-    let s = Setup::new(L40S).await;
+    let s = Setup::new(&["nvidia-l40s", "nvidia-a40"]).await;
     let m = s.manager().await;
     let pf = gpus_of_model(&s, "L40S").await[0].clone();
     m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    let e = m
+        .create_device("passthrough", opts(&[("parent", pf.as_str())]))
+        .await
+        .expect_err("a GPU with VFs");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    assert!(
+        error_message(&e).contains(&format!("{pf} has 32 SR-IOV VFs enabled")),
+        "{}",
+        error_message(&e)
+    );
+    // An A40's mdevs live on its VFs: the GPU carries them.
+    let a40 = gpus_of_model(&s, "A40").await[0].clone();
+    assert_eq!(busctl_set_vfs(&s, &a40, 32), Ok(32));
+    let mdev = s
+        .busctl_create("A40-2Q", &[("parent", &a40)])
+        .expect("an A40 mdev");
+    let e = m
+        .create_device("passthrough", opts(&[("parent", a40.as_str())]))
+        .await
+        .expect_err("an A40 with an mdev");
+    assert!(
+        error_message(&e).contains(&format!("{a40} carries device {mdev}")),
+        "{}",
+        error_message(&e)
+    );
     let uuid = s
         .busctl_create("L40S-4Q", &[("parent", &pf), ("owner", "vm-a")])
         .expect("4Q");
