@@ -317,3 +317,27 @@ async fn capacity_counts_the_gpus_a_create_would_give_whole() {
     m.remove_device(&uuid, opts(&[])).await.expect("remove");
     assert_eq!(capacity(CLEAN).await, 1);
 }
+
+/// When the move to vfio-pci fails half-way (here vfio-pci is not loaded: its driver
+/// directory is gone), the functions already moved are given back and the error says so.
+#[tokio::test]
+async fn a_move_to_vfio_pci_that_fails_gives_the_functions_back_and_says_so() {
+    let s = Setup::new(PASSTHROUGH).await;
+    let m = s.manager().await;
+    std::fs::remove_dir_all(s.host.path("sys/bus/pci/drivers/vfio-pci"))
+        .expect("vfio-pci unloaded");
+    let e = m
+        .create_device("passthrough", opts(&[("parent", CLEAN)]))
+        .await
+        .expect_err("no vfio-pci");
+    let message = error_message(&e);
+    assert!(
+        message.contains(&format!("moving {CLEAN} to vfio-pci"))
+            && message.contains("the drivers were given back"),
+        "{}: {message}",
+        error_name(&e)
+    );
+    assert_eq!(driver(&s, CLEAN).as_deref(), Some("nvidia"));
+    assert_eq!(driver(&s, CLEAN_AUDIO).as_deref(), Some("snd_hda_intel"));
+    assert_eq!(override_of(&s, CLEAN), "(null)");
+}
