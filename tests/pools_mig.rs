@@ -86,6 +86,21 @@ fn layout(s: &Setup, name: &str, pf: &str, entries: &str, more: &str) {
     .expect("layout");
 }
 
+/// Creates bob's 3g on `pf` and checks that a MIG re-shape freed [4,8) for it: the 3g at
+/// slice 4, the instances below as they were (`before`).
+async fn three_g_made_at_4(s: &Setup, pf: &str, before: &[(u32, u32, String, String)]) {
+    let made = s
+        .busctl_create(THREE_G, &[("parent", pf), ("owner", "bob-vm")])
+        .expect("a 3g after a MIG re-shape");
+    let after = instances(s, pf).await;
+    assert_eq!(after[..4], before[..4], "{after:?}");
+    assert_eq!(
+        (after[4].0, after[4].2.as_str(), after[4].3.as_str()),
+        (4, "3g.71gb", made.as_str()),
+        "{after:?}"
+    );
+}
+
 /// Applies layout `name`; asserts every step done.
 async fn apply(c: &Client, name: &str) {
     let steps = c.apply_layout(name, false).await.expect("ApplyLayout");
@@ -293,16 +308,7 @@ async fn an_instance_vgpud_did_not_record_is_never_destroyed_even_free() {
 
     // [0,4) would cost one spare, but holds the unrecorded instance: [4,8) is freed, its
     // three spares removed, and the instance at 2 stays.
-    let made = s
-        .busctl_create(THREE_G, &[("parent", pf), ("owner", "bob-vm")])
-        .expect("a 3g after a MIG re-shape");
-    let after = instances(&s, pf).await;
-    assert_eq!(after[..4], before[..4], "{after:?}");
-    assert_eq!(
-        (after[4].0, after[4].2.as_str(), after[4].3.as_str()),
-        (4, "3g.71gb", made.as_str()),
-        "{after:?}"
-    );
+    three_g_made_at_4(&s, pf, &before).await;
     assert_eq!(owned_by(&c, "pool-1g").await.len(), 1);
     assert!(s.daemon.log_text().contains("MIG: placement 4 freed"));
 }
@@ -341,16 +347,7 @@ async fn spares_in_instances_not_made_for_them_are_named_and_re_shaped() {
     // [0,4) holds four spares, [4,8) one and two free instances: [4,8) is freed.
     let at4 = device_at(&s, pf, 4).await;
     assert!(spares.contains(&at4), "{before:?}");
-    let made = s
-        .busctl_create(THREE_G, &[("parent", pf), ("owner", "bob-vm")])
-        .expect("a 3g after a MIG re-shape of spares in instances not made for them");
-    let after = instances(&s, pf).await;
-    assert_eq!(after[..4], before[..4], "{after:?}");
-    assert_eq!(
-        (after[4].0, after[4].2.as_str(), after[4].3.as_str()),
-        (4, "3g.71gb", made.as_str()),
-        "{after:?}"
-    );
+    three_g_made_at_4(&s, pf, &before).await;
     let left = owned_by(&c, "pool-1g").await;
     assert!(left.len() == 4 && !left.contains(&at4), "{left:?}");
     assert!(s.daemon.log_text().contains("MIG: placement 4 freed"));
