@@ -654,6 +654,68 @@ async fn a_vf_with_a_vgpu_and_its_gpu_are_not_passed_through_and_the_device_is_n
     );
 }
 
+/// A release the driver refuses with EBUSY (a guest holds the VF) is `Busy` and keeps the
+/// device, any other refusal `Failed`; one it answers EPERM (no vGPU on the VF: another
+/// release came first) is done.
+#[tokio::test]
+async fn a_release_refused_busy_keeps_the_device_and_one_already_done_is_done() {
+    let s = Setup::new(L40S).await;
+    let m = s.manager().await;
+    let pf = gpus_of_model(&s, "L40S").await[0].clone();
+    m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    let uuid = s
+        .busctl_create("L40S-4Q", &[("parent", &pf), ("owner", "vm-a")])
+        .expect("4Q");
+    let vf = device_proxy(&s.conn, &uuid)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    let current = || sys(&s, &format!("{vf}/nvidia/current_vgpu_type"));
+    sim_option(&s, "fail-vf-release", "EBUSY once");
+    let e = m
+        .remove_device(&uuid, opts(&[]))
+        .await
+        .expect_err("a guest holds it");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Busy", "{e}");
+    assert!(
+        error_message(&e).contains(&format!("the vGPU on VF {vf} is in use by a guest")),
+        "{}",
+        error_message(&e)
+    );
+    assert_eq!(current(), "1150");
+    assert_eq!(
+        device_proxy(&s.conn, &uuid)
+            .await
+            .owner()
+            .await
+            .expect("the device stays"),
+        "vm-a"
+    );
+    // Any other refusal is the host's failure, named, and the device stays too.
+    sim_option(&s, "fail-vf-release", "EIO once");
+    let e = m
+        .remove_device(&uuid, opts(&[]))
+        .await
+        .expect_err("the driver fails");
+    assert_eq!(error_name(&e), "org.vgpud1.Error.Failed", "{e}");
+    assert!(
+        error_message(&e).contains(&format!("clearing the vGPU of {vf}")),
+        "{}",
+        error_message(&e)
+    );
+    assert_eq!(current(), "1150");
+    sim_option(&s, "fail-vf-release", "EPERM once");
+    m.remove_device(&uuid, opts(&[]))
+        .await
+        .expect("released by someone else first: done");
+    assert_eq!(current(), "0");
+    assert!(
+        m.remove_device(&uuid, opts(&[])).await.is_err(),
+        "the device is gone"
+    );
+}
+
 /// Sets a test option of the simulated host (see `crates/sim/src/lib.rs`).
 fn sim_option(s: &Setup, name: &str, value: &str) {
     let dir = s.host.path("run/vgpud-simulator");

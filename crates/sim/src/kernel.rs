@@ -28,6 +28,10 @@ pub(crate) const VF_TYPE_DELAY_FILE: &str = "vf-type-delay-ms";
 /// `nvidia/current_vgpu_type` (a driver refusing, for tests of how the refusal is answered).
 pub(crate) const FAIL_VF_TYPE_FILE: &str = "fail-vf-type-write";
 /// In the simulator's state directory, a file naming the errno (optionally followed by
+/// `once`) with which the driver refuses a release (`0`) of a VF's vGPU type; `EPERM`, which
+/// the driver answers only for a VF with no vGPU, comes after a release that got there first.
+pub(crate) const FAIL_VF_RELEASE_FILE: &str = "fail-vf-release";
+/// In the simulator's state directory, a file naming the errno (optionally followed by
 /// `once`) with which the driver refuses writes to `nvidia/vgpu_params`.
 pub(crate) const FAIL_VGPU_PARAMS_FILE: &str = "fail-vgpu-params-write";
 

@@ -79,6 +79,10 @@
 //!   (`<vf>/nvidia/current_vgpu_type` ← non-zero) fails with that errno and changes nothing;
 //!   with `once` the file is removed as it fires, so only the next such write fails. Releases
 //!   (← 0) are never refused by it; a name not listed is no option.
+//! - `fail-vf-release` (the same form): a release of a VF's vGPU type
+//!   (`<vf>/nvidia/current_vgpu_type` ← 0) fails with that errno and changes nothing; with
+//!   `EPERM`, which the driver answers only for a VF without a vGPU, the vGPU is released
+//!   first, as by another release that got there between the caller's look and its write.
 //! - `fail-vgpu-params-write` (the same form): every write to a `nvidia/vgpu_params` (of a VF
 //!   or an mdev) fails with that errno, or the next one only.
 //!

@@ -749,6 +749,15 @@ fn test_options_make_the_driver_refuse_or_delay_type_and_params_writes() {
     set_type(&host, vf0, "0").expect("release");
     option(kernel::FAIL_VF_TYPE_FILE, "ENOSUCH");
     set_type(&host, vf0, "1150").expect("4Q again");
+    // A release refused: EBUSY changes nothing; EPERM comes after a release got there first.
+    option(kernel::FAIL_VF_RELEASE_FILE, "EBUSY once");
+    assert_eq!(set_type(&host, vf0, "0"), e(Errno::EBUSY));
+    assert_eq!(attr(&host, vf0, "nvidia/current_vgpu_type"), "1150\n");
+    option(kernel::FAIL_VF_RELEASE_FILE, "EPERM once");
+    assert_eq!(set_type(&host, vf0, "0"), e(Errno::EPERM));
+    assert_eq!(attr(&host, vf0, "nvidia/current_vgpu_type"), "0\n");
+    assert!(!state.join(kernel::FAIL_VF_RELEASE_FILE).exists());
+    set_type(&host, vf0, "1150").expect("4Q once more");
     // A slow driver: type writes take their time, releases do not wait.
     option(kernel::VF_TYPE_DELAY_FILE, "300");
     let start = std::time::Instant::now();

@@ -441,12 +441,22 @@ pub(crate) fn write_current(roots: &Roots, file: &Path, value: &str) -> io::Resu
         if now == 0 {
             return Err(errno(Errno::EPERM));
         }
-        return kernel::journaled(roots, &entry, true, || {
-            if let Some(pf) = physfn(vf) {
-                release_gpu_instance(&pf, vf)?;
+        let release = || {
+            kernel::journaled(roots, &entry, true, || {
+                if let Some(pf) = physfn(vf) {
+                    release_gpu_instance(&pf, vf)?;
+                }
+                apply(&entry, true)
+            })
+        };
+        if let Some(e) = kernel::injected_failure(roots, kernel::FAIL_VF_RELEASE_FILE)? {
+            // EPERM means "no vGPU on this VF": another release came first.
+            if e.raw_os_error() == Some(Errno::EPERM as i32) {
+                release()?;
             }
-            apply(&entry, true)
-        });
+            return Err(e);
+        }
+        return release();
     }
     if now != 0 {
         return Err(errno(Errno::EPERM));
