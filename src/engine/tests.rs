@@ -863,3 +863,117 @@ fn an_mdev_uevent_during_vgpuds_own_operation_is_left_to_it_and_read_otherwise()
         }
     );
 }
+
+/// An SR-IOV assign a crash interrupted is completed on the next start when its VF holds
+/// the type and no other record names the VF; otherwise rolled back (a new device's record
+/// goes), and the other record's device is left alone.
+#[test]
+fn an_interrupted_vf_assign_is_completed_only_where_the_vf_shows_it_and_no_other_record_holds_it() {
+    use crate::persist::intent::{self, Intent, Operation};
+    let (d, e) = engine(&["nvidia-l40s"]);
+    let pf = nvidia_gpus(&e)[0].clone();
+    e.set_vf_count(&pf, 32, false).expect("VFs");
+    let held = e
+        .create_device(&CreateRequest {
+            type_query: "L40S-4Q".into(),
+            parent: Some(pf.clone()),
+            owner: "vm-held".into(),
+            ..CreateRequest::default()
+        })
+        .expect("a vGPU on a VF");
+    let held_vf = held.address.clone().expect("its VF");
+    let host = Host::simulated(d.path());
+    let vfs: Vec<String> = crate::discovery::sriov::read_sriov(&host, &pf)
+        .expect("SR-IOV")
+        .expect("an SR-IOV GPU")
+        .vfs
+        .into_iter()
+        .filter(|vf| *vf != held_vf)
+        .collect();
+    let (written, unwritten) = (vfs[0].clone(), vfs[1].clone());
+    // The crash came after the type was written to one VF, before it was written to another.
+    host.write_attr(
+        &crate::discovery::sriov::pci_dir(&host, &written).join("nvidia/current_vgpu_type"),
+        "1150",
+    )
+    .expect("the type written before the crash");
+    let assign = |uuid: &str, address: &str| Intent {
+        version: intent::VERSION,
+        uuid: uuid.into(),
+        started: 1,
+        operation: Operation::Assign {
+            kind: crate::persist::state::DeviceKind::SriovVgpu,
+            parent: pf.clone(),
+            address: address.into(),
+            type_id: "nvidia-1150".into(),
+            functions: Vec::new(),
+            owner: "vm-crash".into(),
+            params: None,
+            persistent: false,
+            autostart: false,
+            created: 1,
+            new: true,
+        },
+    };
+    const DONE: &str = "0c0c0c0c-0000-4000-8000-000000000001";
+    const NOT_WRITTEN: &str = "0c0c0c0c-0000-4000-8000-000000000002";
+    const HELD: &str = "0c0c0c0c-0000-4000-8000-000000000003";
+    for (uuid, vf) in [
+        (DONE, &written),
+        (NOT_WRITTEN, &unwritten),
+        (HELD, &held_vf),
+    ] {
+        intent::open(&host, &assign(uuid, vf)).expect("intent");
+    }
+    // The replay alone (the start's reconcile after it would also drop a second record of
+    // a VF): each outcome, and the records it leaves.
+    let record_of = |uuid: &str| crate::persist::state::path(&host, uuid).exists();
+    let outcome = |uuid: &str, vf: &str| {
+        e.replay_assign(uuid, &assign(uuid, vf).operation)
+            .expect("replay")
+    };
+    assert_eq!(
+        outcome(HELD, &held_vf),
+        "the device was not given, so the create was rolled back"
+    );
+    assert!(!record_of(HELD));
+    assert_eq!(
+        outcome(NOT_WRITTEN, &unwritten),
+        "the device was not given, so the create was rolled back"
+    );
+    // A start (not new) of the held device: its own record is no other's.
+    let mut start = assign(&held.uuid, &held_vf).operation;
+    if let Operation::Assign { new, owner, .. } = &mut start {
+        (*new, *owner) = (false, "vm-held".into());
+    }
+    assert_eq!(
+        e.replay_assign(&held.uuid, &start).expect("replay"),
+        "the device was given, so the assign was completed"
+    );
+    drop(e);
+    let e = Engine::new(host.clone()).expect("the next start");
+    let recorded: Vec<String> = crate::persist::state::read_all(&host)
+        .expect("records")
+        .into_iter()
+        .map(|r| r.uuid)
+        .collect();
+    assert!(
+        recorded.contains(&DONE.to_string())
+            && !recorded.contains(&NOT_WRITTEN.to_string())
+            && !recorded.contains(&HELD.to_string()),
+        "{recorded:?}"
+    );
+    let done = e.device(DONE).expect("completed");
+    assert!(done.active && done.owner == "vm-crash", "{done:?}");
+    assert_eq!(done.address.as_deref(), Some(written.as_str()));
+    assert!(e.device(NOT_WRITTEN).is_none(), "rolled back");
+    assert!(
+        e.device(HELD).is_none(),
+        "another record holds its VF: rolled back"
+    );
+    let kept = e.device(&held.uuid).expect("the other record's device");
+    assert_eq!(
+        (kept.owner.as_str(), kept.address.as_deref(), kept.active),
+        ("vm-held", Some(held_vf.as_str()), true)
+    );
+}
