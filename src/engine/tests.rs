@@ -977,3 +977,110 @@ fn an_interrupted_vf_assign_is_completed_only_where_the_vf_shows_it_and_no_other
         ("vm-held", Some(held_vf.as_str()), true)
     );
 }
+
+/// SR-IOV vGPUs from their records and the VFs after a restart: listed once each; a stop a
+/// crash interrupted is finished and its record (only its own) forgets the VF; one whose
+/// VF was released behind vgpud's back is inactive; of two records naming one VF, the newer
+/// holds it.
+#[test]
+fn vf_vgpus_are_merged_from_records_and_vfs_once_each_and_the_newest_record_holds_a_vf() {
+    use crate::persist::intent::{self, Intent, Operation};
+    use crate::persist::state;
+    let (d, e) = engine(&["nvidia-l40s"]);
+    let host = Host::simulated(d.path());
+    let pf = nvidia_gpus(&e)[0].clone();
+    e.set_vf_count(&pf, 32, false).expect("VFs");
+    let make = |owner: &str| {
+        e.create_device(&CreateRequest {
+            type_query: "L40S-4Q".into(),
+            parent: Some(pf.clone()),
+            owner: owner.into(),
+            persistent: true,
+            ..CreateRequest::default()
+        })
+        .expect("a vGPU on a VF")
+    };
+    let (a, b, c) = (make("vm-a"), make("vm-b"), make("vm-c"));
+    let vf_of = |d: &DeviceInfo| d.address.clone().expect("a VF");
+    let current = |vf: &str| {
+        std::fs::read_to_string(
+            crate::discovery::sriov::pci_dir(&host, vf).join("nvidia/current_vgpu_type"),
+        )
+        .expect("current_vgpu_type")
+        .trim()
+        .to_string()
+    };
+    // a's stop was cut short by a crash before the VF was released.
+    intent::open(
+        &host,
+        &Intent {
+            version: intent::VERSION,
+            uuid: a.uuid.clone(),
+            started: 1,
+            operation: Operation::Release {
+                kind: state::DeviceKind::SriovVgpu,
+                parent: pf.clone(),
+                address: vf_of(&a),
+                type_id: a.type_id.clone(),
+                functions: Vec::new(),
+                keep: true,
+            },
+        },
+    )
+    .expect("intent");
+    // b's VF released behind vgpud's back; c's record copied to a newer one on c's VF
+    // (its UUID sorts after c's).
+    host.write_attr(
+        &crate::discovery::sriov::pci_dir(&host, &vf_of(&b)).join("nvidia/current_vgpu_type"),
+        "0",
+    )
+    .expect("released by hand");
+    const NEWER: &str = "ffffffff-0000-4000-8000-000000000001";
+    let mut newer = state::read_all(&host)
+        .expect("records")
+        .into_iter()
+        .find(|r| r.uuid == c.uuid)
+        .expect("c's record");
+    newer.uuid = NEWER.into();
+    newer.created += 10;
+    state::write(&host, &newer).expect("a newer record of c's VF");
+    drop(e);
+    let e = Engine::new(host.clone()).expect("restart");
+    let address_of = |uuid: &str| {
+        state::read_all(&host)
+            .expect("records")
+            .into_iter()
+            .find(|r| r.uuid == uuid)
+            .expect("a record")
+            .address
+    };
+    assert_eq!(
+        current(&vf_of(&a)),
+        "0",
+        "a's stop finished: its VF released"
+    );
+    assert_eq!(address_of(&a.uuid), None, "a's record forgets its VF");
+    assert_eq!(
+        (address_of(&b.uuid), address_of(&c.uuid)),
+        (b.address.clone(), c.address.clone()),
+        "only a's own record forgets"
+    );
+    let mut listed: Vec<String> = e.list_devices().into_iter().map(|d| d.uuid).collect();
+    listed.sort();
+    let mut want = vec![a.uuid.clone(), b.uuid.clone(), c.uuid.clone(), NEWER.into()];
+    want.sort();
+    assert_eq!(listed, want, "each once, no VF adopted beside its record");
+    let active = |uuid: &str| e.device(uuid).map(|d| (d.active, d.address));
+    assert_eq!(active(&a.uuid), Some((false, None)), "a is stopped");
+    assert_eq!(
+        active(&b.uuid),
+        Some((false, b.address.clone())),
+        "b's VF is free"
+    );
+    assert_eq!(
+        active(NEWER),
+        Some((true, c.address.clone())),
+        "the newer holds it"
+    );
+    assert_eq!(active(&c.uuid), Some((false, None)), "the older does not");
+}
