@@ -964,7 +964,7 @@ fn placement_asked(params: &str) -> EngineResult<Option<u64>> {
 }
 
 #[cfg(test)]
-mod placement_tests {
+mod tests {
     use super::placement_asked;
 
     #[test]
@@ -981,5 +981,31 @@ mod placement_tests {
         ] {
             assert!(placement_asked(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A VF holds a type only while it has a vGPU of exactly that type; its attributes are
+    /// the type written and, when set, its parameters.
+    #[test]
+    fn a_vf_holds_only_its_own_type_and_reports_it_with_its_params() {
+        use super::{holds_type, vf_attributes, CURRENT_TYPE, VGPU_PARAMS};
+        let vf = |current: u32, params: &str| crate::discovery::sriov::VfVgpu {
+            vf: "0000:41:00.4".into(),
+            current,
+            creatable: Vec::new(),
+            params: params.into(),
+            placement_id: None,
+        };
+        assert!(holds_type(&vf(1150, ""), "nvidia-1150"));
+        assert!(!holds_type(&vf(1148, ""), "nvidia-1150"));
+        assert!(!holds_type(&vf(0, ""), "nvidia-0"));
+        assert!(!holds_type(&vf(1150, ""), "1150"));
+        let plain: Vec<(String, String)> = vf_attributes(&vf(1150, "")).into_iter().collect();
+        assert_eq!(plain, [(CURRENT_TYPE.to_string(), "1150".to_string())]);
+        let with_params = vf_attributes(&vf(1150, "frame_rate_limiter=0"));
+        assert_eq!(
+            with_params.get(VGPU_PARAMS).map(String::as_str),
+            Some("frame_rate_limiter=0")
+        );
+        assert_eq!(with_params.len(), 2);
     }
 }
