@@ -1072,6 +1072,10 @@ fn vf_vgpus_are_merged_from_records_and_vfs_once_each_and_the_newest_record_hold
     assert_eq!(listed, want, "each once, no VF adopted beside its record");
     let active = |uuid: &str| e.device(uuid).map(|d| (d.active, d.address));
     assert_eq!(active(&a.uuid), Some((false, None)), "a is stopped");
+    // An inactive vGPU is described from its record, with its type's name.
+    let stopped = e.device(&a.uuid).expect("a");
+    assert_eq!(stopped.type_name, a.type_name, "{stopped:?}");
+    assert_ne!(stopped.type_name, "passthrough");
     assert_eq!(
         active(&b.uuid),
         Some((false, b.address.clone())),
@@ -1083,4 +1087,55 @@ fn vf_vgpus_are_merged_from_records_and_vfs_once_each_and_the_newest_record_hold
         "the newer holds it"
     );
     assert_eq!(active(&c.uuid), Some((false, None)), "the older does not");
+}
+
+/// A passthrough a crash cut short half-way (the GPU on vfio-pci, its audio function not
+/// yet) is rolled back on replay: the functions moved go back to their drivers.
+#[test]
+fn an_interrupted_passthrough_is_rolled_back_and_its_functions_given_back() {
+    use crate::persist::intent::Operation;
+    use crate::persist::state::DeviceKind as RecordKind;
+    const GPU: &str = "0000:21:00.0";
+    const AUDIO: &str = "0000:21:00.1";
+    let (d, e) = engine(&["passthrough"]);
+    let host = Host::simulated(d.path());
+    let driver = |f: &str| {
+        std::fs::read_link(host.sys(&format!("bus/pci/devices/{f}/driver")))
+            .ok()
+            .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+    };
+    assert_eq!(driver(GPU).as_deref(), Some("nvidia"));
+    for (file, value) in [
+        (format!("bus/pci/devices/{GPU}/driver_override"), "vfio-pci"),
+        (format!("bus/pci/devices/{GPU}/driver/unbind"), GPU),
+        ("bus/pci/drivers/vfio-pci/bind".to_string(), GPU),
+    ] {
+        host.write_attr(&host.sys(&file), value)
+            .unwrap_or_else(|err| panic!("{file}: {err}"));
+    }
+    assert_eq!(driver(GPU).as_deref(), Some("vfio-pci"));
+    let moved = |address: &str, driver: &str| crate::model::MovedFunction {
+        address: address.into(),
+        driver: Some(driver.into()),
+    };
+    let op = Operation::Assign {
+        kind: RecordKind::Passthrough,
+        parent: GPU.into(),
+        address: GPU.into(),
+        type_id: "passthrough".into(),
+        functions: vec![moved(GPU, "nvidia"), moved(AUDIO, "snd_hda_intel")],
+        owner: "vm-crash".into(),
+        params: None,
+        persistent: false,
+        autostart: false,
+        created: 1,
+        new: true,
+    };
+    const UUID: &str = "0e0e0e0e-0000-4000-8000-000000000001";
+    assert_eq!(
+        e.replay_assign(UUID, &op).expect("replay"),
+        "the device was not given, so the create was rolled back"
+    );
+    assert_eq!(driver(GPU).as_deref(), Some("nvidia"), "given back");
+    assert_eq!(driver(AUDIO).as_deref(), Some("snd_hda_intel"));
 }
