@@ -109,23 +109,16 @@ pub fn text(data: &[u8], f: impl FnOnce(&str)) {
 }
 
 /// How vgpud reads one of its JSON state files (device records, intents, SR-IOV settings):
-/// the steps of `vgpud::persist::read_json_dir`, which is private to the crate, in the same
-/// order. `Ok(None)`: a newer format version, which vgpud refuses to touch; `Err`: a bad
-/// file, which vgpud sets aside.
+/// `vgpud::persist::parse_state_json`, the parse step of its directory reader. `Ok(None)`:
+/// a newer format version, which vgpud refuses to touch; `Err`: a bad file, which vgpud
+/// sets aside.
 pub fn read_state_json<T: serde::de::DeserializeOwned>(
     text: &str,
     supported: u32,
 ) -> Result<Option<T>, String> {
-    if text.trim().is_empty() {
-        return Err("empty".into());
+    match vgpud::persist::parse_state_json(text, "state file", supported) {
+        Ok(value) => Ok(Some(value)),
+        Err(vgpud::persist::StateTextError::Newer { .. }) => Ok(None),
+        Err(vgpud::persist::StateTextError::Bad(reason)) => Err(reason),
     }
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let version = value.get("version").and_then(serde_json::Value::as_u64);
-    if version.is_some_and(|v| v > u64::from(supported)) {
-        return Ok(None);
-    }
-    serde_json::from_value(value)
-        .map(Some)
-        .map_err(|e| e.to_string())
 }

@@ -1013,6 +1013,47 @@ pub(crate) fn names_its_uuid(uuid: &str, key: &str) -> Result<(), String> {
     }
 }
 
+/// Why the text of a JSON state file is not a `T` ([`parse_state_json`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateTextError {
+    /// Not a JSON object of the right shape: the file is bad.
+    #[error("{0}")]
+    Bad(String),
+    /// An object of a newer format, which this vgpud must neither read nor drop.
+    #[error("format version {version} is newer than this vgpud's {supported}")]
+    Newer {
+        /// The file's format version.
+        version: u64,
+        /// The newest this vgpud reads.
+        supported: u32,
+    },
+}
+
+/// Parses the text of one JSON state file (a device record, an intent, SR-IOV settings) as
+/// a `T`: it must be a JSON object (serde would also take a struct's fields as an array, and
+/// an array has no `version` to check) whose `version`, if any, is at most `supported`.
+pub fn parse_state_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+    supported: u32,
+) -> Result<T, StateTextError> {
+    if text.trim().is_empty() {
+        return Err(StateTextError::Bad("empty".into()));
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| StateTextError::Bad(format!("not JSON: {e}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(StateTextError::Bad(format!(
+            "not a {what}: not a JSON object"
+        )));
+    };
+    let version = object.get("version").and_then(serde_json::Value::as_u64);
+    if let Some(version) = version.filter(|v| *v > u64::from(supported)) {
+        return Err(StateTextError::Newer { version, supported });
+    }
+    serde_json::from_value(value).map_err(|e| StateTextError::Bad(format!("not a {what}: {e}")))
+}
+
 /// Reads every `<key>.json` file of `dir` as a `T` (a missing directory holds none): each
 /// must be JSON of format `version` at most `supported`, a `T`, and pass `check` (given the
 /// key: it names itself as its file name does, and every name it holds that vgpud puts in
@@ -1035,20 +1076,13 @@ pub(crate) fn read_json_dir<T: serde::de::DeserializeOwned>(
         }
         let file = dir.join(&name);
         let parsed = load(&file, what, |text| {
-            if text.trim().is_empty() {
-                return Err(Refused::Bad("empty".into()));
-            }
-            let value: serde_json::Value =
-                serde_json::from_str(text).map_err(|e| Refused::Bad(format!("not JSON: {e}")))?;
-            let version = value.get("version").and_then(serde_json::Value::as_u64);
-            if let Some(v) = version.filter(|v| *v > u64::from(supported)) {
-                return Err(Refused::Stop(PersistError::Malformed {
+            let record: T = parse_state_json(text, what, supported).map_err(|e| match e {
+                StateTextError::Bad(reason) => Refused::Bad(reason),
+                newer @ StateTextError::Newer { .. } => Refused::Stop(PersistError::Malformed {
                     path: file.clone(),
-                    reason: format!("format version {v} is newer than this vgpud's {supported}"),
-                }));
-            }
-            let record: T = serde_json::from_value(value)
-                .map_err(|e| Refused::Bad(format!("not a {what}: {e}")))?;
+                    reason: newer.to_string(),
+                }),
+            })?;
             check(&record, key).map_err(Refused::Bad)?;
             Ok(record)
         })?;
@@ -1386,6 +1420,9 @@ mod tests {
         write("torn.json", r#"{"version":1,"ke"#);
         write("other.json", r#"{"version":1,"key":"a"}"#);
         write("shape.json", r#"{"hello":1}"#);
+        // A record's fields as an array (serde reads a struct from one), of a newer
+        // format: it has no "version" key to check, so it is bad, not read.
+        write("array.json", r#"[7777,"array"]"#);
         write("notes.txt", "not json, not ours");
         write(".b.json.vgpud-tmp-1-2", "temporary");
         fs::write(d.join("latin1.json"), b"\xff").expect("write");
@@ -1403,7 +1440,7 @@ mod tests {
                 key: "a".into()
             }]
         );
-        for name in ["empty", "torn", "other", "shape", "latin1"] {
+        for name in ["empty", "torn", "other", "shape", "array", "latin1"] {
             assert!(d.join(format!("{name}.json.bad")).exists(), "{name}");
             assert!(!d.join(format!("{name}.json")).exists(), "{name}");
         }
