@@ -1139,3 +1139,70 @@ fn an_interrupted_passthrough_is_rolled_back_and_its_functions_given_back() {
     assert_eq!(driver(GPU).as_deref(), Some("nvidia"), "given back");
     assert_eq!(driver(AUDIO).as_deref(), Some("snd_hda_intel"));
 }
+
+/// A GPU that can make SR-IOV VFs but has none enabled is given whole; with VFs enabled it
+/// is refused, and with them disabled again it is given.
+#[test]
+fn an_sriov_gpu_is_passed_through_only_while_it_has_no_vfs() {
+    let (_d, e) = engine(&["nvidia-l40s"]);
+    let pf = nvidia_gpus(&e)[0].clone();
+    let pass = || {
+        let mut r = req("passthrough");
+        r.parent = Some(pf.clone());
+        e.create_device(&r)
+    };
+    let made = pass().expect("an L40S with its VFs off");
+    assert_eq!(made.address.as_deref(), Some(pf.as_str()));
+    e.remove_device(&made.uuid).expect("remove");
+    e.set_vf_count(&pf, 32, false).expect("VFs on");
+    let err = pass().expect_err("a GPU with VFs");
+    assert!(matches!(err, EngineError::Busy(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("{pf} has 32 SR-IOV VFs enabled")),
+        "{err}"
+    );
+    e.set_vf_count(&pf, 0, false).expect("VFs off");
+    let made = pass().expect("VFs off again");
+    e.remove_device(&made.uuid).expect("remove");
+}
+
+/// A VF given to a new vGPU is taken from the record that named it at once, in memory: that
+/// device holds no VF, is not running, and has no IOMMU group (no look at the host between).
+#[test]
+fn a_vf_given_to_a_new_vgpu_leaves_the_old_record_without_address_or_group() {
+    let (d, e) = engine(&["nvidia-l40s"]);
+    let pf = nvidia_gpus(&e)[0].clone();
+    e.set_vf_count(&pf, 32, false).expect("VFs");
+    let mut old = req("L40S-4Q");
+    old.parent = Some(pf.clone());
+    old.persistent = true;
+    let old = e.create_device(&old).expect("a persistent 4Q");
+    let vf = old.address.clone().expect("its VF");
+    assert!(
+        old.iommu_group.is_some(),
+        "a running vGPU has its VF's group"
+    );
+    // Another tool releases the VF, unseen by vgpud, and an 8Q lands on it.
+    let host = Host::simulated(d.path());
+    host.write_attr(
+        &crate::discovery::sriov::pci_dir(&host, &vf).join("nvidia/current_vgpu_type"),
+        "0",
+    )
+    .expect("released behind vgpud's back");
+    let mut new = req("L40S-8Q");
+    new.parent = Some(pf.clone());
+    let new = e.create_device(&new).expect("an 8Q");
+    assert_eq!(
+        new.address.as_deref(),
+        Some(vf.as_str()),
+        "the first free VF"
+    );
+    let old = e.device(&old.uuid).expect("the persistent record stays");
+    assert_eq!(
+        (old.address, old.active, old.iommu_group),
+        (None, false, None),
+        "the VF and its group went to {}",
+        new.uuid
+    );
+}
