@@ -170,31 +170,50 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
     let mut look_owed = false;
     // Events that wait for vgpud's own operations to end, retried in order.
     let mut deferred: Vec<Uevent> = Vec::new();
+    // Since when the GPUs whose types events made vgpud forget wait to be read again, and
+    // when the last batch came: they are read once the events are quiet for WARM_QUIET, or
+    // WARM_LONGEST after the first, so a storm's events do not read a GPU's every type
+    // once each (a read call in between reads what it needs itself).
+    let mut warm_owed: Option<Instant> = None;
+    let mut last_batch = Instant::now();
     loop {
-        let first = if !deferred.is_empty() {
-            match tokio::time::timeout(RETRY, rx.recv()).await {
-                Ok(m) => m,
-                Err(_) => {
-                    deferred = apply_batch(&engine, std::mem::take(&mut deferred)).await;
-                    engine_warm(&engine).await;
-                    continue;
-                }
-            }
-        } else if look_owed {
-            let due = last_look.map_or(Duration::ZERO, |t| {
+        let mut wait: Option<Duration> = None;
+        let mut until = |d: Duration| wait = Some(wait.map_or(d, |w: Duration| w.min(d)));
+        if !deferred.is_empty() {
+            until(RETRY);
+        }
+        if look_owed {
+            until(last_look.map_or(Duration::ZERO, |t| {
                 full_look_interval.saturating_sub(t.elapsed())
-            });
-            match tokio::time::timeout(due, rx.recv()).await {
+            }));
+        }
+        if let Some(since) = warm_owed {
+            until(warm_wait(since, last_batch, Instant::now()));
+        }
+        let first = match wait {
+            None => rx.recv().await,
+            Some(wait) => match tokio::time::timeout(wait, rx.recv()).await {
                 Ok(m) => m,
                 Err(_) => {
-                    look_owed = false;
-                    last_look = Some(Instant::now());
-                    super::watch::full_look(&engine, "overrun").await;
+                    if !deferred.is_empty() {
+                        deferred = apply_batch(&engine, std::mem::take(&mut deferred)).await;
+                        warm_owed.get_or_insert_with(Instant::now);
+                    }
+                    if warm_owed
+                        .is_some_and(|since| warm_wait(since, last_batch, Instant::now()).is_zero())
+                    {
+                        warm_owed = None;
+                        engine_warm(&engine).await;
+                    }
+                    let look_due = last_look.is_none_or(|t| t.elapsed() >= full_look_interval);
+                    if look_owed && look_due {
+                        look_owed = false;
+                        last_look = Some(Instant::now());
+                        super::watch::full_look(&engine, "overrun").await;
+                    }
                     continue;
                 }
-            }
-        } else {
-            rx.recv().await
+            },
         };
         let Some(first) = first else {
             return;
@@ -213,12 +232,8 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
             Message::Overrun => None,
         }));
         deferred = apply_batch(&engine, events).await;
-        // The GPUs whose types the events made vgpud forget are read again once no event
-        // waits, so that the read calls that follow answer from memory (a storm's events
-        // would otherwise read a GPU's types once per batch).
-        if rx.is_empty() {
-            engine_warm(&engine).await;
-        }
+        last_batch = Instant::now();
+        warm_owed.get_or_insert(last_batch);
         if deferred.len() > MAX_DEFERRED {
             // An operation that does not end: what waits is dropped, and looked for again.
             deferred.clear();
@@ -254,6 +269,22 @@ const MAX_DEFERRED: usize = 4096;
 
 /// How soon an event deferred for an operation of vgpud's own is tried again.
 const RETRY: Duration = Duration::from_millis(20);
+
+/// How long the uevents must be quiet before the GPUs whose types they made vgpud forget are
+/// read again ([`Engine::warm_types`]), so that the read calls that follow answer from memory.
+const WARM_QUIET: Duration = Duration::from_millis(25);
+
+/// The longest forgotten types wait for the uevents to be quiet.
+const WARM_LONGEST: Duration = Duration::from_millis(250);
+
+/// How long forgotten types, owed a reading `since` then, still wait at `now` when the last
+/// batch of uevents came at `last_batch`: until the events were quiet for [`WARM_QUIET`],
+/// or [`WARM_LONGEST`] after `since`.
+fn warm_wait(since: Instant, last_batch: Instant, now: Instant) -> Duration {
+    let quiet = (last_batch + WARM_QUIET).saturating_duration_since(now);
+    let longest = (since + WARM_LONGEST).saturating_duration_since(now);
+    quiet.min(longest)
+}
 
 /// Applies `events` in order; returns those deferred (from the first one deferred on: the
 /// order of a device's events is kept).
@@ -322,4 +353,30 @@ fn apply(engine: &Engine, ev: &Uevent) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Forgotten types are read once the uevents are quiet for WARM_QUIET, and never later
+    /// than WARM_LONGEST after they were first owed, however busy the events.
+    #[test]
+    fn forgotten_types_wait_for_quiet_events_but_not_longer_than_the_longest() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // One batch, then quiet.
+        assert_eq!(warm_wait(t0, t0, t0), WARM_QUIET);
+        assert_eq!(warm_wait(t0, t0, t0 + ms(10)), WARM_QUIET - ms(10));
+        assert!(warm_wait(t0, t0, t0 + WARM_QUIET).is_zero());
+        // Batches keep coming: each pushes the reading back, up to the longest wait.
+        assert_eq!(
+            warm_wait(t0, t0 + ms(100), t0 + ms(110)),
+            WARM_QUIET - ms(10)
+        );
+        let late = t0 + WARM_LONGEST - ms(5);
+        assert_eq!(warm_wait(t0, late, late), ms(5));
+        assert!(warm_wait(t0, late, t0 + WARM_LONGEST).is_zero());
+        assert!(warm_wait(t0, late, t0 + WARM_LONGEST + ms(1)).is_zero());
+    }
 }
