@@ -352,3 +352,83 @@ async fn spares_in_instances_not_made_for_them_are_named_and_re_shaped() {
     assert!(left.len() == 4 && !left.contains(&at4), "{left:?}");
     assert!(s.daemon.log_text().contains("MIG: placement 4 freed"));
 }
+
+/// A persistent vGPU whose VF another tool gave another MIG-backed type keeps its record but
+/// not its VF's instance: after a restart the instance the driver put the other tool's vGPU
+/// into is named by that vGPU (adopted), never by the stopped record that still names the
+/// VF, even when the record's UUID comes first.
+#[tokio::test]
+async fn an_instance_on_a_vf_is_named_by_the_vgpu_running_there_not_by_a_stopped_record() {
+    let (mut s, _c, n, gpus) = mig_host().await;
+    let pf = gpus[0].clone();
+    free_1g(&n, &pf, 0).await;
+    const FIRST: &str = "00000000-0000-4000-8000-000000000001";
+    // Not started at boot: after the restart it stays stopped.
+    let o: HashMap<&str, Variant<'_>> = [
+        ("parent", Variant::from(pf.as_str())),
+        ("uuid", Variant::from(FIRST)),
+        ("owner", Variant::from("vm-a")),
+        ("autostart", Variant::from(false)),
+    ]
+    .into_iter()
+    .collect();
+    s.manager()
+        .await
+        .create_device(ONE_G, o)
+        .await
+        .expect("a persistent 1g vGPU");
+    let vf = common::proxy::device_proxy(&s.conn, FIRST)
+        .await
+        .address()
+        .await
+        .expect("Address");
+    assert_eq!(device_at(&s, &pf, 0).await, FIRST);
+    // A free 1g.35gb instance, and another tool moves the VF to that instance's type.
+    let o: HashMap<&str, Variant<'_>> = [("compute_instance", Variant::from(false))]
+        .into_iter()
+        .collect();
+    n.create_gpu_instance(&pf, "1g.35gb", o)
+        .await
+        .expect("CreateGpuInstance 1g.35gb");
+    let host = vgpud::host::Host::simulated(&s.host.root);
+    let current = s.host.path(&format!(
+        "sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type"
+    ));
+    host.write_attr(&current, "0")
+        .expect("released by another tool");
+    host.write_attr(&current, "1415")
+        .expect("H200X-1-35C on the same VF, by another tool");
+    drop(n);
+    let lib = fake_library().to_string_lossy().into_owned();
+    s.restart_with_args(&["--nvml-library", &lib]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let devices = c.list_devices().await.expect("ListDevices");
+    let other = devices
+        .iter()
+        .find(|d| d.type_id == "nvidia-1415")
+        .map(|d| d.uuid.clone())
+        .unwrap_or_else(|| panic!("the other tool's vGPU is adopted: {devices:?}"));
+    let mine = common::proxy::device_proxy(&s.conn, FIRST).await;
+    assert!(
+        !mine.active().await.expect("Active"),
+        "the record's VF runs another type"
+    );
+    // NVML is read shortly after the start.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut named = instances(&s, &pf).await;
+    while named.len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        named = instances(&s, &pf).await;
+    }
+    let at = named
+        .iter()
+        .find(|i| i.2 == "1g.35gb")
+        .unwrap_or_else(|| panic!("the 1g.35gb instance: {named:?}"));
+    assert_eq!(at.3, other, "{named:?}");
+    assert!(
+        named.iter().all(|i| i.3 != FIRST),
+        "the stopped record names no instance: {named:?}"
+    );
+}
