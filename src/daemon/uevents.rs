@@ -233,7 +233,13 @@ pub async fn run(engine: Arc<Engine>, listener: Listener, full_look_interval: Du
         }));
         deferred = apply_batch(&engine, events).await;
         last_batch = Instant::now();
-        warm_owed.get_or_insert(last_batch);
+        let since = *warm_owed.get_or_insert(last_batch);
+        // Events that come without pause (each already waiting when the loop asks) never
+        // let the wait above time out: they hold the reading back no longer than the longest.
+        if last_batch >= since + WARM_LONGEST {
+            warm_owed = None;
+            engine_warm(&engine).await;
+        }
         if deferred.len() > MAX_DEFERRED {
             // An operation that does not end: what waits is dropped, and looked for again.
             deferred.clear();
