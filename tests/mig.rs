@@ -454,6 +454,87 @@ async fn a_persistent_scheduler_is_set_again_after_a_reboot() {
     assert_eq!(u32_of(&sched["timeslice_ms"]), 5);
 }
 
+/// Sets a GPU's vGPU scheduler through NVML's C API from Python's ctypes, as an operator's
+/// boot script would, behind vgpud's back: equal share with ARR (averaging factor 60,
+/// 960 Hz). NVML's constants: policy 2 equal share, ARR mode 2 enabled.
+const SET_EQUAL_SHARE_WITH_ARR: &str = r#"
+import ctypes, sys
+nvml = ctypes.CDLL(sys.argv[1])
+assert nvml.nvmlInit_v2() == 0, "nvmlInit_v2"
+dev = ctypes.c_void_p()
+rc = nvml.nvmlDeviceGetHandleByPciBusId_v2(sys.argv[2].encode(), ctypes.byref(dev))
+assert rc == 0, f"nvmlDeviceGetHandleByPciBusId_v2: {rc}"
+class Arr(ctypes.Structure):
+    _fields_ = [("avgFactor", ctypes.c_uint), ("frequency", ctypes.c_uint)]
+class Slice(ctypes.Structure):
+    _fields_ = [("timeslice", ctypes.c_uint)]
+class Params(ctypes.Union):
+    _fields_ = [("vgpuSchedDataWithARR", Arr), ("vgpuSchedData", Slice)]
+class SetState(ctypes.Structure):
+    _fields_ = [("schedulerPolicy", ctypes.c_uint), ("enableARRMode", ctypes.c_uint),
+                ("schedulerParams", Params)]
+state = SetState(2, 2)
+state.schedulerParams.vgpuSchedDataWithARR = Arr(60, 960)
+rc = nvml.nvmlDeviceSetVgpuSchedulerState(dev, ctypes.byref(state))
+assert rc == 0, f"nvmlDeviceSetVgpuSchedulerState: {rc}"
+print("set")
+"#;
+
+#[tokio::test]
+async fn a_recorded_scheduler_is_set_again_when_the_driver_loads_with_its_policy_but_not_its_arr() {
+    // vgpud records equal share without ARR (5 ms slices). After the reboot, a boot script
+    // sets equal share WITH ARR before vgpud starts: the policy matches, the ARR mode does
+    // not, and vgpud must put its own setting back.
+    let python = std::path::Path::new("/usr/bin/python3");
+    if !python.exists() {
+        eprintln!("SKIPPED: no /usr/bin/python3 to set the scheduler behind vgpud's back");
+        return;
+    }
+    let mut s = h200().await;
+    let n = nvidia(&s).await;
+    let pf = h200_gpus(&s).await[0].clone();
+    let equal: std::collections::HashMap<&str, Variant<'_>> = [
+        ("policy", Variant::from("equal-share")),
+        ("timeslice_ms", Variant::from(5_u32)),
+    ]
+    .into_iter()
+    .collect();
+    n.set_scheduler(&pf, equal).await.expect("SetScheduler");
+    drop(n);
+    s.daemon.stop();
+    s.host.reboot(H200);
+    let out = std::process::Command::new(python)
+        .args(["-c", SET_EQUAL_SHARE_WITH_ARR])
+        .arg(fake_library())
+        .arg(&pf)
+        .env("VGPUD_FAKE_NVML_ROOT", &s.host.root)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "the boot script failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    restart_with_nvml(&mut s).await;
+    let sched = gpu_proxy(&s.conn, &pf)
+        .await
+        .scheduler()
+        .await
+        .expect("Scheduler");
+    let log = s.daemon.log_text();
+    assert_eq!(
+        String::try_from(sched["policy"].clone()).expect("policy"),
+        "equal-share",
+        "{sched:?}\n{log}"
+    );
+    assert!(
+        !bool::try_from(&sched["arr"]).expect("arr"),
+        "the boot script's ARR is still on: {sched:?}\n{log}"
+    );
+    assert_eq!(u32_of(&sched["timeslice_ms"]), 5, "{sched:?}");
+}
+
 #[tokio::test]
 async fn a_persistent_layout_comes_back_after_a_reboot_at_the_same_placements() {
     let mut s = h200().await;
