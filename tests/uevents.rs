@@ -458,3 +458,55 @@ fn the_real_kernels_uevents_are_read_from_netlink_and_parsed() {
         }
     }
 }
+
+/// The room of `type_name` on GPU `gpu`, as ListTypes answers it.
+async fn room(m: &ManagerProxy<'_>, gpu: &str, type_name: &str) -> u32 {
+    m.list_types()
+        .await
+        .expect("ListTypes")
+        .into_iter()
+        .find(|t| t.0 == gpu && t.2.ends_with(type_name))
+        .map(|t| t.5)
+        .unwrap_or_else(|| panic!("{gpu} lists no {type_name}"))
+}
+
+#[tokio::test]
+async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one_vgpu_fewer() {
+    // An L40S's SR-IOV vGPUs each need a VF bound to nvidia: 32 VFs hold 32 of its 1 GB
+    // type (its 48 GB would hold 48). A VF unbound by another process (driverctl, an echo)
+    // sends a uevent of the VF, which is no GPU vgpud lists: the room of its GPU must
+    // follow, without a call looking at the host.
+    let (s, addr) = setup(&["nvidia-l40s"]).await;
+    let m = s.manager().await;
+    let pf = "0000:41:00.0";
+    m.set_vf_count(pf, 32, std::collections::HashMap::new())
+        .await
+        .expect("VFs on");
+    assert_eq!(room(&m, pf, "L40S-1Q").await, 32, "one per VF");
+    let looks = all_full_looks(&addr);
+    let vf = "0000:41:00.4";
+    external_write(&s, "sys/bus/pci/drivers/nvidia/unbind", vf);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let now = room(&m, pf, "L40S-1Q").await;
+        if now == 31 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the room is still {now} 1 s after {vf} left nvidia:\n{}",
+            s.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    external_write(&s, "sys/bus/pci/drivers/nvidia/bind", vf);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while room(&m, pf, "L40S-1Q").await != 32 {
+        assert!(
+            Instant::now() < deadline,
+            "the bind of {vf} was not seen in 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(all_full_looks(&addr), looks, "no full look was needed");
+}

@@ -203,7 +203,7 @@ impl Engine {
         if let Some(p) = making.params {
             if !params_first {
                 if let Err(e) = self.host.write_attr(&dir.join(VGPU_PARAMS), p) {
-                    self.clear_vf(&vf);
+                    self.clear_vf(pf, &vf);
                     return Err(EngineError::InvalidArgument(format!(
                         "the driver rejected {VGPU_PARAMS}={p:?} on VF {vf}, so the vGPU was not kept ({e})"
                     )));
@@ -228,19 +228,23 @@ impl Engine {
             functions: Vec::new(),
         };
         if let Err(e) = self.write_record(&info, making.params.map(str::to_string)) {
-            self.clear_vf(&vf);
+            self.clear_vf(pf, &vf);
             return Err(e);
         }
         self.take_vf_from_others(&vf, making.uuid);
         Ok(Outcome::Made(info))
     }
 
-    /// Writes 0 to a VF's type (undoing a half-made vGPU), logging a failure.
-    fn clear_vf(&self, vf: &str) {
+    /// Writes 0 to a VF's type (undoing a half-made vGPU on GPU `pf`), logging a failure.
+    /// The GPU's known types are forgotten after it: a VF's type write sends no uevent, and
+    /// types read while the half-made vGPU was there (a warm-up after other events) would be
+    /// kept.
+    pub(super) fn clear_vf(&self, pf: &str, vf: &str) {
         let path = sriov::pci_dir(&self.host, vf).join(CURRENT_TYPE);
         if let Err(e) = self.host.write_attr(&path, "0") {
             tracing::error!(%vf, error = %e, "could not clear a half-made vGPU");
         }
+        self.forget_types_of_gpu(pf);
     }
 
     /// Every other record that names `vf` loses it: one UUID holds a VF at a time.

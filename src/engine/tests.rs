@@ -1206,3 +1206,44 @@ fn a_vf_given_to_a_new_vgpu_leaves_the_old_record_without_address_or_group() {
         new.uuid
     );
 }
+
+/// Undoing a half-made SR-IOV vGPU forgets the types read while it was there: a VF's type
+/// write sends no uevent, so types a warm-up read in that window would otherwise be kept
+/// (a 4Q refused for its params left the 8Q's room at 5 of 6, seen once in CI).
+#[test]
+fn undoing_a_half_made_vgpu_forgets_the_types_read_while_it_was_there() {
+    let (d, e) = engine(&["nvidia-l40s"]);
+    let pf = nvidia_gpus(&e)[0].clone();
+    e.set_vf_count(&pf, 32, false).expect("VFs");
+    let room = |e: &Engine| {
+        e.list_types()
+            .expect("types")
+            .into_iter()
+            .find(|(gpu, t)| *gpu == pf && t.name.ends_with("L40S-8Q"))
+            .map(|(_, t)| t.available_instances)
+            .expect("an 8Q type")
+    };
+    assert_eq!(room(&e), 6, "an empty L40S holds six 8Q");
+    // The half-made vGPU: a 4Q type on the first VF, and the types read meanwhile.
+    let host = Host::simulated(d.path());
+    let vf = e.vf_states(&pf).expect("VFs")[0].vf.clone();
+    let vf_type = crate::discovery::sriov::pci_dir(&host, &vf).join("nvidia/current_vgpu_type");
+    let four_q = e
+        .list_types()
+        .expect("types")
+        .into_iter()
+        .find(|(gpu, t)| *gpu == pf && t.name.ends_with("L40S-4Q"))
+        .map(|(_, t)| t.id)
+        .expect("a 4Q type");
+    let number = crate::discovery::sriov::nvidia_type_number(&four_q).expect("its number");
+    host.write_attr(&vf_type, &number.to_string())
+        .expect("the 4Q on the VF");
+    e.forget_types_of_gpu(&pf);
+    assert_eq!(room(&e), 0, "read while the 4Q is there (equal-size mode)");
+    e.clear_vf(&pf, &vf);
+    assert_eq!(
+        room(&e),
+        6,
+        "the 4Q is gone, and so is what was read with it"
+    );
+}
