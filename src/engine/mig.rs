@@ -757,11 +757,14 @@ impl Engine {
     }
 
     /// Undoes [`Engine::instance_for_vgpu`] when the vGPU could not be made (GPU lock held).
+    /// The GPU's known types are forgotten even when NVML's view ends as it was published:
+    /// types read from sysfs while the instance was there would be kept.
     pub(super) fn drop_instance(&self, pf: &str, made: &GpuInstance) {
         if let Err(e) = self.control.destroy_gpu_instance(pf, made.id) {
             tracing::warn!(%pf, id = made.id, error = %e, "could not destroy the GPU instance made for a vGPU that failed");
         }
         self.refresh_nvidia(pf, false);
+        self.forget_types_of_gpu(pf);
     }
 
     /// After device `uuid` of `pf` is gone: destroys the GPU instance vgpud made for it, if
