@@ -459,6 +459,16 @@ fn the_real_kernels_uevents_are_read_from_netlink_and_parsed() {
     }
 }
 
+/// The number of the last uevent the simulated kernel sent (its counter file).
+fn last_seqnum(s: &Setup) -> u64 {
+    let path = s.host.path("run/vgpud-simulator/uevent-seqnum");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
 /// The room of `type_name` on GPU `gpu`, as ListTypes answers it.
 async fn room(m: &ManagerProxy<'_>, gpu: &str, type_name: &str) -> u32 {
     m.list_types()
@@ -482,6 +492,11 @@ async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one
     m.set_vf_count(pf, 32, std::collections::HashMap::new())
         .await
         .expect("VFs on");
+    // SetVfCount's own uevents (an add and a bind per VF) are all applied first: each of
+    // them forgets the types too, and would hide an unbind passed over.
+    s.daemon
+        .wait_for_log(&format!("uevent seqnum={} ", last_seqnum(&s)), 1)
+        .await;
     assert_eq!(room(&m, pf, "L40S-1Q").await, 32, "one per VF");
     let looks = all_full_looks(&addr);
     let vf = "0000:41:00.4";
@@ -508,5 +523,16 @@ async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The unbind itself was applied (its event says the function is a display controller,
+    // PCI_CLASS, though no driver any more), not only some other event that came near it.
+    let log = s.daemon.log_text();
+    let unbind = log.lines().find(|l| {
+        l.contains("uevent") && l.contains("action=unbind") && l.contains(&format!("/{vf} "))
+    });
+    let unbind = unbind.unwrap_or_else(|| panic!("no uevent line of the unbind of {vf}:\n{log}"));
+    assert!(
+        !unbind.contains("nothing vgpud manages"),
+        "the VF's unbind was passed over: {unbind}"
+    );
     assert_eq!(all_full_looks(&addr), looks, "no full look was needed");
 }

@@ -140,7 +140,7 @@ pub(crate) fn add_vf(roots: &Roots, pf: &Path, index: u32, group: u32) -> io::Re
         &pf.join(format!("virtfn{index}")),
         &Path::new("..").join(&bdf),
     )?;
-    super::uevent::pci_device(roots, &dir, true);
+    super::uevent::pci_device_added(roots, &dir);
     Ok(dir)
 }
 
@@ -162,8 +162,9 @@ pub(crate) fn destroy_vf(roots: &Roots, pf: &Path, index: u32) -> io::Result<()>
             fsx::remove_quiet(&roots.dev.join(&g))?;
         }
     }
+    let own = super::uevent::device_env(&dir);
     fsx::remove_dir_quiet(&dir)?;
-    super::uevent::pci_device(roots, &dir, false);
+    super::uevent::pci_device_removed(roots, &dir, own);
     Ok(())
 }
 

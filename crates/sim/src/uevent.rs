@@ -10,6 +10,11 @@
 //! - a PCI driver's bind and unbind: `bind`/`unbind` with DRIVER= (Linux 4.14);
 //! - a VF made or destroyed: `add`/`remove` with SUBSYSTEM=pci.
 //!
+//! Every event of a PCI function also carries the function's own variables, as its `uevent`
+//! file shows them (`DRIVER=` while bound, `PCI_CLASS`, `PCI_ID`, `PCI_SUBSYS_ID`,
+//! `PCI_SLOT_NAME`, `MODALIAS`): the kernel's `dev_uevent` adds them to every event, so an
+//! `unbind` has no `DRIVER` but still says the function is a display controller.
+//!
 //! `SEQNUM` is a counter in `ROOT/run/vgpud-simulator/uevent-seqnum`, taken and sent under
 //! that file's own `flock` (a leaf lock: nothing else is taken under it, so emitting never
 //! deadlocks, also from a journal's recovery). Nobody listening drops the event. The
@@ -87,10 +92,30 @@ pub fn paths(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (state.join(SOCKET), state.join(OVERRUN))
 }
 
-/// A PCI function (a VF) came (`true`) or went.
-pub(crate) fn pci_device(roots: &Roots, dev: &Path, added: bool) {
-    let action = if added { "add" } else { "remove" };
-    emit(roots, action, dev, "pci", &[]);
+/// A PCI function (a VF) came.
+pub(crate) fn pci_device_added(roots: &Roots, dev: &Path) {
+    emit(roots, "add", dev, "pci", &[]);
+}
+
+/// A PCI function (a VF) went; `own` is what its `uevent` file said before its directory
+/// went ([`device_env`]), as the kernel's `remove` event carries the device's variables.
+pub(crate) fn pci_device_removed(roots: &Roots, dev: &Path, own: Vec<(String, String)>) {
+    emit_with(roots, "remove", dev, "pci", &[], own);
+}
+
+/// A device's own variables, as its `uevent` file shows them: what the kernel's `dev_uevent`
+/// adds to every event of the device (`DRIVER=` while it is bound, then its bus's: for PCI
+/// `PCI_CLASS`, `PCI_ID`, `PCI_SUBSYS_ID`, `PCI_SLOT_NAME`, `MODALIAS`; drivers/pci/
+/// pci-driver.c `pci_uevent`). Empty when the file is not there.
+pub(crate) fn device_env(dev: &Path) -> Vec<(String, String)> {
+    super::fsx::read_opt(&dev.join("uevent"))
+        .map(|text| {
+            text.lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The message the kernel sends, for the device at `dev` (a directory below `roots.sys`).
@@ -103,7 +128,8 @@ pub(crate) fn message(
 ) -> Vec<u8> {
     let mut out =
         format!("{action}@{devpath}\0ACTION={action}\0DEVPATH={devpath}\0SUBSYSTEM={subsystem}\0");
-    if subsystem == "pci" {
+    // (A PCI function whose `uevent` file is not there still names its slot.)
+    if subsystem == "pci" && !extra.iter().any(|(k, _)| *k == "PCI_SLOT_NAME") {
         if let Some(slot) = devpath.rsplit('/').next() {
             out.push_str(&format!("PCI_SLOT_NAME={slot}\0"));
         }
@@ -115,8 +141,33 @@ pub(crate) fn message(
     out.into_bytes()
 }
 
-/// Sends one uevent; every failure is the event's loss, never the operation's.
+/// Sends one uevent: the caller's variables `extra`, then those of the device's `uevent`
+/// file for a PCI function (the kernel's order: the caller's `envp_ext`, then
+/// `dev_uevent`'s); every failure is the event's loss, never the operation's.
 fn emit(roots: &Roots, action: &str, dev: &Path, subsystem: &str, extra: &[(&str, &str)]) {
+    let own = if subsystem == "pci" {
+        device_env(dev)
+    } else {
+        Vec::new()
+    };
+    emit_with(roots, action, dev, subsystem, extra, own);
+}
+
+/// [`emit`] with the device's own variables given (`own`; a caller's key is not repeated).
+fn emit_with(
+    roots: &Roots,
+    action: &str,
+    dev: &Path,
+    subsystem: &str,
+    extra: &[(&str, &str)],
+    own: Vec<(String, String)>,
+) {
+    let mut vars: Vec<(&str, &str)> = extra.to_vec();
+    for (k, v) in &own {
+        if !extra.iter().any(|(e, _)| e == k) {
+            vars.push((k, v));
+        }
+    }
     let Ok(rel) = dev.strip_prefix(&roots.sys) else {
         return;
     };
@@ -128,7 +179,7 @@ fn emit(roots: &Roots, action: &str, dev: &Path, subsystem: &str, extra: &[(&str
         return;
     }
     let _ = send(roots, &socket, |seqnum| {
-        message(action, &devpath, subsystem, extra, seqnum)
+        message(action, &devpath, subsystem, &vars, seqnum)
     });
 }
 
@@ -167,6 +218,70 @@ fn send(roots: &Roots, socket: &Path, message: impl FnOnce(u64) -> Vec<u8>) -> i
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The variables of the next message on `socket`, as `KEY=value` strings.
+    fn received(socket: &UnixDatagram) -> Vec<String> {
+        let mut buf = vec![0_u8; 4096];
+        let n = socket.recv(&mut buf).expect("a message");
+        buf[..n]
+            .split(|b| *b == 0)
+            .skip(1)
+            .filter(|f| !f.is_empty())
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_pci_functions_events_carry_its_own_variables_and_an_unbind_no_driver() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dev = root.path().join("sys/devices/pci0000:40/0000:41:00.4");
+        fs::create_dir_all(&dev).expect("device");
+        let file = "PCI_CLASS=30200\nPCI_ID=10DE:26B9\nPCI_SUBSYS_ID=10DE:1851\nPCI_SLOT_NAME=0000:41:00.4\nMODALIAS=pci:v000010DEd000026B9sv000010DEsd00001851bc03sc02i00\n";
+        fs::write(dev.join("uevent"), format!("DRIVER=nvidia\n{file}")).expect("uevent");
+        let roots = Roots::new(root.path()).expect("roots");
+        fs::create_dir_all(&roots.state).expect("state");
+        let socket = UnixDatagram::bind(roots.state.join(SOCKET)).expect("socket");
+        let dev = fs::canonicalize(&dev).expect("canonical");
+
+        pci_driver(&roots, &dev, Some("nvidia"));
+        let bind = received(&socket);
+        assert_eq!(
+            bind.iter().filter(|v| v.starts_with("DRIVER=")).count(),
+            1,
+            "{bind:?}"
+        );
+        assert!(bind.contains(&"PCI_CLASS=30200".to_string()), "{bind:?}");
+
+        fs::write(dev.join("uevent"), file).expect("unbound");
+        pci_driver(&roots, &dev, None);
+        let unbind = received(&socket);
+        assert!(unbind.contains(&"ACTION=unbind".to_string()), "{unbind:?}");
+        assert!(
+            !unbind.iter().any(|v| v.starts_with("DRIVER=")),
+            "{unbind:?}"
+        );
+        for var in file.lines() {
+            assert!(unbind.contains(&var.to_string()), "{var} in {unbind:?}");
+        }
+        assert_eq!(
+            unbind
+                .iter()
+                .filter(|v| v.starts_with("PCI_SLOT_NAME="))
+                .count(),
+            1,
+            "{unbind:?}"
+        );
+
+        let own = device_env(&dev);
+        fs::remove_file(dev.join("uevent")).expect("gone");
+        pci_device_removed(&roots, &dev, own);
+        let remove = received(&socket);
+        assert!(remove.contains(&"ACTION=remove".to_string()), "{remove:?}");
+        assert!(
+            remove.contains(&"PCI_CLASS=30200".to_string()),
+            "{remove:?}"
+        );
+    }
 
     #[test]
     fn messages_are_the_kernels_bytes() {
