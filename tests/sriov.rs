@@ -881,8 +881,13 @@ async fn a_vf_given_to_a_new_vgpu_is_taken_from_the_record_that_named_it() {
     let m = s.manager().await;
     let pf = gpus_of_model(&s, "L40S").await[0].clone();
     m.set_vf_count(&pf, 32, opts(&[])).await.expect("VFs");
+    // Not started at boot: an autostart device that vgpud sees stopped behind its back is
+    // started again ("repaired"), and vgpud may see the release below before the 8Q create
+    // (the VFs' uevents of SetVfCount can still be in its queue), so the 4Q would be back.
+    let mut o = opts(&[("parent", &pf)]);
+    o.extend(bool_opts(&[("persistent", true), ("autostart", false)]));
     let (old, _) = m
-        .create_device("L40S-4Q", opts(&[("parent", &pf)]))
+        .create_device("L40S-4Q", o)
         .await
         .expect("a persistent 4Q");
     let dev = device_proxy(&s.conn, &old).await;
