@@ -485,9 +485,17 @@ async fn a_recorded_scheduler_is_set_again_when_the_driver_loads_with_its_policy
     // vgpud records equal share without ARR (5 ms slices). After the reboot, a boot script
     // sets equal share WITH ARR before vgpud starts: the policy matches, the ARR mode does
     // not, and vgpud must put its own setting back.
+    const TEST: &str =
+        "a_recorded_scheduler_is_set_again_when_the_driver_loads_with_its_policy_but_not_its_arr";
     let python = std::path::Path::new("/usr/bin/python3");
     if !python.exists() {
-        eprintln!("SKIPPED: no /usr/bin/python3 to set the scheduler behind vgpud's back");
+        common::skip::cannot_run(
+            TEST,
+            "no /usr/bin/python3 to set the scheduler behind vgpud's back (apt-get install python3)",
+        );
+        return;
+    }
+    if !common::skip::require_root(TEST, "NVML sets a vGPU scheduler only for root") {
         return;
     }
     let mut s = h200().await;
