@@ -422,10 +422,10 @@ async fn the_scheduler_is_set_now_or_for_the_next_driver_load() {
     assert_eq!(error_name(&e), "org.vgpud1.Error.NotSupported", "{e}");
 }
 
-#[tokio::test]
-async fn a_persistent_scheduler_is_set_again_after_a_reboot() {
-    // The simulated driver loads without vgpud's modprobe.d file (as a driver loaded by hand
-    // would), at best effort: vgpud sets the recorded scheduler again at start.
+/// An H200 host whose first GPU's scheduler vgpud recorded as equal share with 5 ms slices
+/// (no ARR), rebooted with vgpud stopped: the driver is back at best effort. Returns the
+/// GPU's address.
+async fn equal_share_recorded_then_rebooted() -> (Setup, String) {
     let mut s = h200().await;
     let n = nvidia(&s).await;
     let pf = h200_gpus(&s).await[0].clone();
@@ -439,6 +439,14 @@ async fn a_persistent_scheduler_is_set_again_after_a_reboot() {
     drop(n);
     s.daemon.stop();
     s.host.reboot(H200);
+    (s, pf)
+}
+
+#[tokio::test]
+async fn a_persistent_scheduler_is_set_again_after_a_reboot() {
+    // The simulated driver loads without vgpud's modprobe.d file (as a driver loaded by hand
+    // would), at best effort: vgpud sets the recorded scheduler again at start.
+    let (mut s, pf) = equal_share_recorded_then_rebooted().await;
     restart_with_nvml(&mut s).await;
     let sched = gpu_proxy(&s.conn, &pf)
         .await
@@ -498,19 +506,7 @@ async fn a_recorded_scheduler_is_set_again_when_the_driver_loads_with_its_policy
     if !common::skip::require_root(TEST, "NVML sets a vGPU scheduler only for root") {
         return;
     }
-    let mut s = h200().await;
-    let n = nvidia(&s).await;
-    let pf = h200_gpus(&s).await[0].clone();
-    let equal: std::collections::HashMap<&str, Variant<'_>> = [
-        ("policy", Variant::from("equal-share")),
-        ("timeslice_ms", Variant::from(5_u32)),
-    ]
-    .into_iter()
-    .collect();
-    n.set_scheduler(&pf, equal).await.expect("SetScheduler");
-    drop(n);
-    s.daemon.stop();
-    s.host.reboot(H200);
+    let (mut s, pf) = equal_share_recorded_then_rebooted().await;
     let out = std::process::Command::new(python)
         .args(["-c", SET_EQUAL_SHARE_WITH_ARR])
         .arg(fake_library())

@@ -25,15 +25,7 @@ async fn gpus_of_model(s: &Setup, model: &str) -> Vec<String> {
 
 /// `ListTypes` availability of `type_name` on `gpu`.
 async fn available(s: &Setup, gpu: &str, type_name: &str) -> u32 {
-    s.manager()
-        .await
-        .list_types()
-        .await
-        .expect("ListTypes")
-        .into_iter()
-        .find(|t| t.0 == gpu && t.2.ends_with(type_name))
-        .map(|t| t.5)
-        .unwrap_or_else(|| panic!("{gpu} lists no {type_name}"))
+    common::proxy::listed_room(&s.manager().await, gpu, type_name).await
 }
 
 fn sys(s: &Setup, rel: &str) -> String {

@@ -469,17 +469,6 @@ fn last_seqnum(s: &Setup) -> u64 {
         .expect("a number")
 }
 
-/// The room of `type_name` on GPU `gpu`, as ListTypes answers it.
-async fn room(m: &ManagerProxy<'_>, gpu: &str, type_name: &str) -> u32 {
-    m.list_types()
-        .await
-        .expect("ListTypes")
-        .into_iter()
-        .find(|t| t.0 == gpu && t.2.ends_with(type_name))
-        .map(|t| t.5)
-        .unwrap_or_else(|| panic!("{gpu} lists no {type_name}"))
-}
-
 #[tokio::test]
 async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one_vgpu_fewer() {
     // An L40S's SR-IOV vGPUs each need a VF bound to nvidia: 32 VFs hold 32 of its 1 GB
@@ -497,13 +486,17 @@ async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one
     s.daemon
         .wait_for_log(&format!("uevent seqnum={} ", last_seqnum(&s)), 1)
         .await;
-    assert_eq!(room(&m, pf, "L40S-1Q").await, 32, "one per VF");
+    assert_eq!(
+        common::proxy::listed_room(&m, pf, "L40S-1Q").await,
+        32,
+        "one per VF"
+    );
     let looks = all_full_looks(&addr);
     let vf = "0000:41:00.4";
     external_write(&s, "sys/bus/pci/drivers/nvidia/unbind", vf);
     let deadline = Instant::now() + Duration::from_secs(1);
     loop {
-        let now = room(&m, pf, "L40S-1Q").await;
+        let now = common::proxy::listed_room(&m, pf, "L40S-1Q").await;
         if now == 31 {
             break;
         }
@@ -516,7 +509,7 @@ async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one
     }
     external_write(&s, "sys/bus/pci/drivers/nvidia/bind", vf);
     let deadline = Instant::now() + Duration::from_secs(1);
-    while room(&m, pf, "L40S-1Q").await != 32 {
+    while common::proxy::listed_room(&m, pf, "L40S-1Q").await != 32 {
         assert!(
             Instant::now() < deadline,
             "the bind of {vf} was not seen in 1 s"

@@ -50,3 +50,16 @@ pub fn error_message(e: &zbus::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// The room `ListTypes` gives for the type whose name ends with `type_name` on GPU `gpu`;
+/// panics when the GPU lists no such type.
+#[allow(dead_code)]
+pub async fn listed_room(m: &ManagerProxy<'_>, gpu: &str, type_name: &str) -> u32 {
+    m.list_types()
+        .await
+        .expect("ListTypes")
+        .into_iter()
+        .find(|t| t.0 == gpu && t.2.ends_with(type_name))
+        .map(|t| t.5)
+        .unwrap_or_else(|| panic!("{gpu} lists no {type_name}"))
+}
