@@ -493,29 +493,29 @@ async fn a_vf_taken_from_the_nvidia_driver_behind_vgpuds_back_leaves_its_gpu_one
     );
     let looks = all_full_looks(&addr);
     let vf = "0000:41:00.4";
-    external_write(&s, "sys/bus/pci/drivers/nvidia/unbind", vf);
-    let deadline = Instant::now() + Duration::from_secs(1);
-    loop {
-        let now = common::proxy::listed_room(&m, pf, "L40S-1Q").await;
-        if now == 31 {
-            break;
+    // The 1Q room ListTypes gives reaches `want` within 1 s of `what`.
+    let room_becomes = |want: u32, what: &'static str| {
+        let (s, m) = (&s, &m);
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            loop {
+                let now = common::proxy::listed_room(m, pf, "L40S-1Q").await;
+                if now == want {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the room is still {now}, not {want}, 1 s after {what} of {vf}:\n{}",
+                    s.daemon.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the room is still {now} 1 s after {vf} left nvidia:\n{}",
-            s.daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    external_write(&s, "sys/bus/pci/drivers/nvidia/unbind", vf);
+    room_becomes(31, "the unbind from nvidia").await;
     external_write(&s, "sys/bus/pci/drivers/nvidia/bind", vf);
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while common::proxy::listed_room(&m, pf, "L40S-1Q").await != 32 {
-        assert!(
-            Instant::now() < deadline,
-            "the bind of {vf} was not seen in 1 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    room_becomes(32, "the bind to nvidia").await;
     // The unbind itself was applied (its event says the function is a display controller,
     // PCI_CLASS, though no driver any more), not only some other event that came near it.
     let log = s.daemon.log_text();

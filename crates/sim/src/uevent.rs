@@ -100,7 +100,7 @@ pub(crate) fn pci_device_added(roots: &Roots, dev: &Path) {
 /// A PCI function (a VF) went; `own` is what its `uevent` file said before its directory
 /// went ([`device_env`]), as the kernel's `remove` event carries the device's variables.
 pub(crate) fn pci_device_removed(roots: &Roots, dev: &Path, own: Vec<(String, String)>) {
-    emit_with(roots, "remove", dev, "pci", &[], own);
+    emit_with(roots, "remove", dev, "pci", &[], || own);
 }
 
 /// A device's own variables, as its `uevent` file shows them: what the kernel's `dev_uevent`
@@ -145,29 +145,25 @@ pub(crate) fn message(
 /// file for a PCI function (the kernel's order: the caller's `envp_ext`, then
 /// `dev_uevent`'s); every failure is the event's loss, never the operation's.
 fn emit(roots: &Roots, action: &str, dev: &Path, subsystem: &str, extra: &[(&str, &str)]) {
-    let own = if subsystem == "pci" {
-        device_env(dev)
-    } else {
-        Vec::new()
-    };
-    emit_with(roots, action, dev, subsystem, extra, own);
+    emit_with(roots, action, dev, subsystem, extra, || {
+        if subsystem == "pci" {
+            device_env(dev)
+        } else {
+            Vec::new()
+        }
+    });
 }
 
-/// [`emit`] with the device's own variables given (`own`; a caller's key is not repeated).
+/// [`emit`] with the device's own variables given by `own`, read only when somebody listens
+/// (a caller's key is not repeated).
 fn emit_with(
     roots: &Roots,
     action: &str,
     dev: &Path,
     subsystem: &str,
     extra: &[(&str, &str)],
-    own: Vec<(String, String)>,
+    own: impl FnOnce() -> Vec<(String, String)>,
 ) {
-    let mut vars: Vec<(&str, &str)> = extra.to_vec();
-    for (k, v) in &own {
-        if !extra.iter().any(|(e, _)| e == k) {
-            vars.push((k, v));
-        }
-    }
     let Ok(rel) = dev.strip_prefix(&roots.sys) else {
         return;
     };
@@ -177,6 +173,13 @@ fn emit_with(
     // the numbers is all that would tell).
     if fs::symlink_metadata(&socket).is_err() {
         return;
+    }
+    let own = own();
+    let mut vars: Vec<(&str, &str)> = extra.to_vec();
+    for (k, v) in &own {
+        if !extra.iter().any(|(e, _)| e == k) {
+            vars.push((k, v));
+        }
     }
     let _ = send(roots, &socket, |seqnum| {
         message(action, &devpath, subsystem, &vars, seqnum)
