@@ -199,6 +199,54 @@ fn reconcile(root: &Path, rounds: usize) {
     }
 }
 
+/// What a PCI uevent reads (the GPU of the function it names, [`discovery::scan_gpu_family`])
+/// next to the whole scan it used to read: on `host`, and on a host of its own with two L40S
+/// whose 32 VFs each are on beside the same sixteen GPUs (the VF events of an `SetVfCount`
+/// each read one L40S).
+fn one_gpu_scans(host: &Host, rounds: usize) {
+    let one = |host: &Host, address: &str| {
+        let mut t_ms = Vec::new();
+        let mut found = 0;
+        for _ in 0..rounds {
+            let t = Instant::now();
+            found = discovery::scan_gpu_family(host, address)
+                .expect("scan one GPU")
+                .len();
+            t_ms.push(ms(t.elapsed()));
+        }
+        (median(&mut t_ms), found)
+    };
+    let first = discovery::scan_gpus(host).expect("scan")[0]
+        .0
+        .address
+        .clone();
+    let (g, n) = one(host, &first);
+    println!("one GPU ({first}, {n} function(s)), what its uevent reads: {g:7.3} ms");
+    let dir =
+        tempfile::tempdir_in(host.root().parent().expect("the tree's folder")).expect("tempdir");
+    for profile in ["large", "nvidia-l40s"] {
+        vgpud_sim::write_profile(profile, dir.path()).expect("profile");
+    }
+    let with_vfs = Host::simulated(dir.path());
+    let engine = vgpud::engine::Engine::new(with_vfs.clone()).expect("engine");
+    let l40s: Vec<String> = engine
+        .list_gpus()
+        .into_iter()
+        .filter(|g| g.model.ends_with("L40S"))
+        .map(|g| g.address)
+        .collect();
+    for pf in &l40s {
+        engine.set_vf_count(pf, 32, false).expect("L40S VFs");
+    }
+    let (whole, _, gpus, _) = time_scans(&with_vfs, rounds);
+    let (g, n) = one(&with_vfs, &l40s[0]);
+    println!(
+        "with {} L40S at 32 VFs each: the whole scan ({gpus} GPUs) {whole:7.3} ms; one L40S ({n} function(s)) {g:7.3} ms; ratio {:.1}",
+        l40s.len(),
+        whole / g
+    );
+}
+
 fn main() {
     let rounds: usize = std::env::var("VGPUD_BENCH_ROUNDS")
         .ok()
@@ -227,6 +275,7 @@ fn main() {
     println!(
         "full:  {gpus} GPUs: GPUs+types {g:7.3} ms, devices {d:7.3} ms ({devices} devices, {made} made)"
     );
+    one_gpu_scans(&host, rounds);
     let t = Instant::now();
     let engine = vgpud::engine::Engine::new(host.clone()).expect("engine");
     println!(

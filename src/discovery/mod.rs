@@ -66,70 +66,112 @@ pub fn mdev_device_dir(host: &Host, uuid: &str) -> PathBuf {
 /// function; the physical GPU then carries their types, summed.
 pub fn scan_gpus(host: &Host) -> HostResult<Vec<(Gpu, GpuLocation)>> {
     let mut found: BTreeMap<String, (Gpu, GpuLocation)> = BTreeMap::new();
-    let pci_dir = host.sys("bus/pci/devices");
-    for address in host.list_dir(&pci_dir)? {
-        let dir = pci_dir.join(&address);
-        let class = match host.read_attr_opt(&dir.join("class"))? {
-            Some(c) => crate::host::parse_number(&c).unwrap_or(0) as u32,
-            None => continue,
-        };
-        let is_mdev_parent = dir.join("mdev_supported_types").is_dir();
-        if class >> 16 != PCI_CLASS_DISPLAY && !is_mdev_parent {
-            continue;
+    for address in host.list_dir(&host.sys("bus/pci/devices"))? {
+        if let Some(entry) = read_pci_candidate(host, &address)? {
+            found.insert(address, entry);
         }
-        let physical_function = sriov::physical_function(host, &address)?;
-        if physical_function.is_some() && !is_mdev_parent {
-            continue;
-        }
-        let mut gpu = read_pci_gpu(host, &address, &dir, class)?;
-        gpu.physical_function = physical_function;
-        if gpu.is_physical() {
-            gpu.sriov = sriov::read_sriov(host, &address)?;
-        }
-        found.insert(
-            address,
-            (
-                gpu,
-                GpuLocation {
-                    dir,
-                    is_mdev_parent,
-                },
-            ),
-        );
     }
-    let class_dir = host.sys("class/mdev_bus");
-    for name in host.list_dir(&class_dir)? {
-        if found.contains_key(&name) {
-            continue;
+    for name in host.list_dir(&host.sys("class/mdev_bus"))? {
+        if let std::collections::btree_map::Entry::Vacant(place) = found.entry(name) {
+            let entry = read_class_parent(host, place.key())?;
+            place.insert(entry);
         }
-        let dir = class_dir.join(&name);
-        let driver = host.link_name(&dir.join("driver"))?.unwrap_or_default();
-        let gpu = Gpu {
-            address: name.clone(),
-            vendor_id: 0,
-            device_id: 0,
-            class: 0,
-            model: name.clone(),
-            driver,
-            iommu_group: read_group(host, &dir)?,
-            numa_node: None,
-            sharing_modes: Vec::new(),
-            types: Vec::new(),
-            sriov: None,
-            physical_function: None,
-            nvidia: None,
-        };
-        found.insert(
-            name,
-            (
-                gpu,
-                GpuLocation {
-                    dir,
-                    is_mdev_parent: true,
-                },
-            ),
-        );
     }
+    finish_gpus(host, found)
+}
+
+/// What [`scan_gpus`] would list of one GPU: the function `root` (a physical function, or a
+/// non-PCI mdev parent) and those of its virtual functions that are mdev parents, read as
+/// the whole scan reads them; empty when `root` is no GPU (or is gone). The cost grows with
+/// the GPU's VFs, not with the host.
+pub fn scan_gpu_family(host: &Host, root: &str) -> HostResult<Vec<(Gpu, GpuLocation)>> {
+    let mut found: BTreeMap<String, (Gpu, GpuLocation)> = BTreeMap::new();
+    let root_entry = read_pci_candidate(host, root)?;
+    let vfs = match root_entry.as_ref().map(|(gpu, _)| gpu.sriov.clone()) {
+        Some(sriov) => sriov.map(|s| s.vfs).unwrap_or_default(),
+        // Not a GPU itself: its VFs may still be mdev parents.
+        None => sriov::read_sriov(host, root)?
+            .map(|s| s.vfs)
+            .unwrap_or_default(),
+    };
+    if let Some(entry) = root_entry {
+        found.insert(root.to_string(), entry);
+    }
+    for vf in vfs {
+        if let Some(entry) = read_pci_candidate(host, &vf)? {
+            found.insert(vf, entry);
+        }
+    }
+    if !found.contains_key(root) && mdev_parent_dir(host, root).is_dir() {
+        found.insert(root.to_string(), read_class_parent(host, root)?);
+    }
+    finish_gpus(host, found)
+}
+
+/// A PCI function as [`scan_gpus`] lists it: a display controller that is no virtual
+/// function, or any function that is an mdev parent; `None` for others and for one gone.
+fn read_pci_candidate(host: &Host, address: &str) -> HostResult<Option<(Gpu, GpuLocation)>> {
+    let dir = sriov::pci_dir(host, address);
+    let class = match host.read_attr_opt(&dir.join("class"))? {
+        Some(c) => crate::host::parse_number(&c).unwrap_or(0) as u32,
+        None => return Ok(None),
+    };
+    let is_mdev_parent = dir.join("mdev_supported_types").is_dir();
+    if class >> 16 != PCI_CLASS_DISPLAY && !is_mdev_parent {
+        return Ok(None);
+    }
+    let physical_function = sriov::physical_function(host, address)?;
+    if physical_function.is_some() && !is_mdev_parent {
+        return Ok(None);
+    }
+    let mut gpu = read_pci_gpu(host, address, &dir, class)?;
+    gpu.physical_function = physical_function;
+    if gpu.is_physical() {
+        gpu.sriov = sriov::read_sriov(host, address)?;
+    }
+    Ok(Some((
+        gpu,
+        GpuLocation {
+            dir,
+            is_mdev_parent,
+        },
+    )))
+}
+
+/// An mdev parent of another bus (`sys/class/mdev_bus/<name>`, the kernel's `mtty`).
+fn read_class_parent(host: &Host, name: &str) -> HostResult<(Gpu, GpuLocation)> {
+    let dir = mdev_parent_dir(host, name);
+    let driver = host.link_name(&dir.join("driver"))?.unwrap_or_default();
+    let gpu = Gpu {
+        address: name.to_string(),
+        vendor_id: 0,
+        device_id: 0,
+        class: 0,
+        model: name.to_string(),
+        driver,
+        iommu_group: read_group(host, &dir)?,
+        numa_node: None,
+        sharing_modes: Vec::new(),
+        types: Vec::new(),
+        sriov: None,
+        physical_function: None,
+        nvidia: None,
+    };
+    Ok((
+        gpu,
+        GpuLocation {
+            dir,
+            is_mdev_parent: true,
+        },
+    ))
+}
+
+/// The types, SR-IOV vGPU types and sharing modes of the functions `found`: a physical GPU
+/// carries the summed types of its VFs that are mdev parents.
+fn finish_gpus(
+    host: &Host,
+    found: BTreeMap<String, (Gpu, GpuLocation)>,
+) -> HostResult<Vec<(Gpu, GpuLocation)>> {
     let mut gpus: Vec<(Gpu, GpuLocation)> = found.into_values().collect();
     for (gpu, loc) in &mut gpus {
         if loc.is_mdev_parent {

@@ -474,6 +474,55 @@ impl Engine {
     pub fn rescan_gpus(&self) -> EngineResult<(Vec<String>, Vec<String>)> {
         let scanned =
             discovery::scan_gpus(&self.host).map_err(|e| EngineError::host("scanning GPUs", e))?;
+        Ok(self.replace_gpus(scanned, |_| true))
+    }
+
+    /// Scans again only the GPU that the PCI function (or non-PCI mdev parent) `function`
+    /// belongs to: the physical function and its VFs ([`discovery::scan_gpu_family`]). What
+    /// a kernel event on one function changes, at a cost that does not grow with the host.
+    /// Returns the addresses added and removed.
+    pub fn rescan_gpu_of(&self, function: &str) -> EngineResult<(Vec<String>, Vec<String>)> {
+        let root = self.family_root(function);
+        let scanned = discovery::scan_gpu_family(&self.host, &root)
+            .map_err(|e| EngineError::host(format!("scanning GPU {root}"), e))?;
+        Ok(self.replace_gpus(scanned, |gpu| {
+            gpu.address == root || gpu.physical_function.as_deref() == Some(root.as_str())
+        }))
+    }
+
+    /// The physical function (or non-PCI parent) whose GPU `function` is part of: as known,
+    /// else as its `physfn` link says, else the known GPU that listed it as a VF (a VF gone).
+    fn family_root(&self, function: &str) -> String {
+        if let Some(e) = self.gpus().get(function) {
+            return e
+                .gpu
+                .physical_function
+                .clone()
+                .unwrap_or_else(|| function.to_string());
+        }
+        if let Ok(Some(pf)) = discovery::sriov::physical_function(&self.host, function) {
+            return pf;
+        }
+        self.gpus()
+            .values()
+            .find(|e| {
+                e.gpu
+                    .sriov
+                    .as_ref()
+                    .is_some_and(|s| s.vfs.iter().any(|vf| vf == function))
+            })
+            .map_or_else(|| function.to_string(), |e| e.gpu.address.clone())
+    }
+
+    /// Puts `scanned` in place of the known GPUs that `in_scope` selects, keeping each GPU's
+    /// lock and NVML view, and sends the GPU events of the difference (under the inventory's
+    /// lock, so that they are in the order of the scans). Returns the addresses added and
+    /// removed.
+    fn replace_gpus(
+        &self,
+        scanned: Vec<(Gpu, GpuLocation)>,
+        in_scope: impl Fn(&Gpu) -> bool,
+    ) -> (Vec<String>, Vec<String>) {
         let mut gpus = self.gpus.write().unwrap_or_else(|e| e.into_inner());
         let mut next = BTreeMap::new();
         for (mut gpu, location) in scanned {
@@ -492,12 +541,18 @@ impl Engine {
                 },
             );
         }
+        let before: Vec<String> = gpus
+            .values()
+            .filter(|e| in_scope(&e.gpu))
+            .map(|e| e.gpu.address.clone())
+            .collect();
         // A VF that is an mdev parent is part of its physical GPU: it takes that GPU's lock.
         let pf_locks: Vec<(String, Arc<Mutex<()>>)> = next
             .values()
             .filter_map(|e: &GpuEntry| {
                 let pf = e.gpu.physical_function.as_ref()?;
-                Some((e.gpu.address.clone(), next.get(pf)?.lock.clone()))
+                let pf_lock = next.get(pf).or_else(|| gpus.get(pf))?.lock.clone();
+                Some((e.gpu.address.clone(), pf_lock))
             })
             .collect();
         for (vf, pf_lock) in pf_locks {
@@ -510,8 +565,8 @@ impl Engine {
             .filter(|a| !gpus.contains_key(*a))
             .cloned()
             .collect();
-        let removed: Vec<String> = gpus
-            .keys()
+        let removed: Vec<String> = before
+            .iter()
             .filter(|a| !next.contains_key(*a))
             .cloned()
             .collect();
@@ -539,11 +594,21 @@ impl Engine {
                 .iter()
                 .map(|a| Event::GpuRemoved { address: a.clone() }),
         );
-        *gpus = next;
-        self.forget_all_types();
-        // Sent under the inventory's lock: GPU events are in the order of the scans.
+        let whole = before.len() == gpus.len();
+        let touched: Vec<String> = before.into_iter().chain(next.keys().cloned()).collect();
+        for address in &touched {
+            gpus.remove(address);
+        }
+        gpus.extend(next);
+        if whole {
+            self.forget_all_types();
+        } else {
+            for address in &touched {
+                self.forget_types_of_gpu(address);
+            }
+        }
         self.events.send_all(events);
-        Ok((added, removed))
+        (added, removed)
     }
 
     fn gpus(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, GpuEntry>> {

@@ -269,8 +269,8 @@ impl Engine {
         if let Err((_, e)) = executed {
             return Err(self.vf_count_error(pf, &driver, &state, count, e));
         }
-        if let Err(e) = self.rescan_gpus() {
-            tracing::warn!(error = %e, "could not rescan GPUs after changing VFs");
+        if let Err(e) = self.rescan_gpu_of(pf) {
+            tracing::warn!(error = %e, %pf, "could not scan the GPU again after changing its VFs");
         }
         if matches!(method, VfMethod::SriovManage(_)) && !steps.is_empty() {
             // sriov-manage starts the driver afresh: the GPU is back in equal-size mode.

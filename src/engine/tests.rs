@@ -1247,3 +1247,118 @@ fn undoing_a_half_made_vgpu_forgets_the_types_read_while_it_was_there() {
         "the 4Q is gone, and so is what was read with it"
     );
 }
+
+/// A kernel event on one function reads that function's GPU again, and only it: after each
+/// event the inventory is the one a whole scan leaves, while a change on another GPU that no
+/// event announced yet stays unseen until its own event.
+#[test]
+fn an_event_reads_its_own_gpu_again_and_leaves_what_a_whole_scan_would() {
+    let (d, e) = engine(&[
+        "nvidia-l40s",
+        "nvidia-a40",
+        "intel-sriov",
+        "mtty",
+        "passthrough",
+    ]);
+    let host = Host::simulated(d.path());
+    let inventory = |e: &Engine| -> BTreeMap<String, Gpu> {
+        e.gpus()
+            .iter()
+            .map(|(a, entry)| (a.clone(), entry.gpu.clone()))
+            .collect()
+    };
+    let as_a_whole_scan = |e: &Engine, what: &str| {
+        let targeted = inventory(e);
+        e.rescan_gpus().expect("a whole scan");
+        assert_eq!(targeted, inventory(e), "after {what}");
+    };
+    let model_of = |e: &Engine, model: &str| -> String {
+        e.list_gpus()
+            .into_iter()
+            .find(|g| g.model.ends_with(model))
+            .map(|g| g.address)
+            .unwrap_or_else(|| panic!("no {model} in {:?}", inventory(e).keys()))
+    };
+    let vfs_of = |pf: &str| -> Vec<String> {
+        crate::discovery::sriov::read_sriov(&host, pf)
+            .expect("SR-IOV state")
+            .map(|s| s.vfs)
+            .unwrap_or_default()
+    };
+    let pci = |address: &str| crate::discovery::sriov::pci_dir(&host, address);
+
+    // vgpud's own VF changes read the one GPU again.
+    let l40s = model_of(&e, "L40S");
+    e.set_vf_count(&l40s, 32, false).expect("L40S VFs");
+    as_a_whole_scan(&e, "the L40S's VFs were made");
+    let a40 = model_of(&e, "A40");
+    e.set_vf_count(&a40, 32, false).expect("A40 VFs");
+    assert!(
+        inventory(&e)
+            .keys()
+            .filter(|a| vfs_of(&a40).contains(a))
+            .count()
+            == 32,
+        "the A40's VFs are mdev parents, each listed"
+    );
+    as_a_whole_scan(&e, "the A40's VFs were made");
+
+    // VFs made behind vgpud's back: unseen until their own event, whatever else happens.
+    let intel = model_of(&e, "UHD Graphics 770");
+    host.write_attr(&pci(&intel).join("sriov_numvfs"), "3")
+        .expect("Intel VFs");
+    let intel_vfs = vfs_of(&intel);
+    assert_eq!(intel_vfs.len(), 3, "the kernel made three VFs");
+    let num_vfs = |e: &Engine| inventory(e)[&intel].sriov.as_ref().map(|s| s.num_vfs);
+    e.rescan_gpu_of(&vfs_of(&l40s)[0])
+        .expect("an L40S VF's event");
+    assert_eq!(
+        num_vfs(&e),
+        Some(0),
+        "another GPU's event does not read the Intel GPU"
+    );
+    let (added, removed) = e.rescan_gpu_of(&intel_vfs[2]).expect("an Intel VF's event");
+    assert_eq!(
+        (added, removed),
+        (Vec::new(), Vec::new()),
+        "VFs that are no mdev parents are no GPUs"
+    );
+    assert_eq!(num_vfs(&e), Some(3), "the VF's event reads its GPU");
+    as_a_whole_scan(&e, "the Intel VFs' event");
+
+    // A VF taken from the nvidia driver: its GPU offers one VF fewer.
+    let l40s_vf = vfs_of(&l40s)[1].clone();
+    host.write_attr(&host.sys("bus/pci/drivers/nvidia/unbind"), &l40s_vf)
+        .expect("unbind an L40S VF");
+    e.rescan_gpu_of(&l40s_vf).expect("the unbind's event");
+    as_a_whole_scan(&e, "an L40S VF's unbind");
+
+    // VFs gone: the event names a function that no longer exists.
+    host.write_attr(&pci(&intel).join("sriov_numvfs"), "0")
+        .expect("Intel VFs off");
+    e.rescan_gpu_of(&intel_vfs[0]).expect("a gone VF's event");
+    assert_eq!(
+        num_vfs(&e),
+        Some(0),
+        "a gone VF's event reads the GPU that had it"
+    );
+    as_a_whole_scan(&e, "the Intel VFs went");
+    let a40_vf = vfs_of(&a40)[3].clone();
+    e.set_vf_count(&a40, 0, false).expect("A40 VFs off");
+    assert!(
+        !inventory(&e).contains_key(&a40_vf),
+        "a gone mdev parent is no GPU"
+    );
+    as_a_whole_scan(&e, "the A40's VFs went");
+
+    // A whole GPU's driver unbound, and a parent of another bus.
+    let a4000 = model_of(&e, "A4000");
+    host.write_attr(&pci(&a4000).join("driver/unbind"), &a4000)
+        .expect("unbind an A4000");
+    e.rescan_gpu_of(&a4000).expect("the unbind's event");
+    assert_eq!(inventory(&e)[&a4000].driver, "", "the unbind is read");
+    as_a_whole_scan(&e, "an A4000's unbind");
+    let mtty = model_of(&e, "mtty");
+    e.rescan_gpu_of(&mtty).expect("mtty's event");
+    as_a_whole_scan(&e, "mtty's event");
+}

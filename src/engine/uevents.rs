@@ -1,7 +1,8 @@
 //! Kernel uevents applied as the smallest update of what the engine knows: an mdev's event
 //! reads that one device again (and its parent's types); a parent's registration, a VF's
-//! arrival or departure and a driver's bind or unbind read the GPU inventory again (and the
-//! vgpud devices on that function). The changes go out through the event stream as a look's
+//! arrival or departure and a driver's bind or unbind read that function's GPU again (its
+//! physical function and VFs, not the whole inventory), and the vgpud devices on that
+//! function. The changes go out through the event stream as a look's
 //! do. A uevent is only a hint of where to look: what is applied is always read from the
 //! host, never taken from the message.
 
@@ -24,7 +25,7 @@ pub enum UeventUpdate {
         /// What changed: `added`, `removed`, `updated` or `unchanged`.
         change: &'static str,
     },
-    /// The GPU inventory read again (a parent registered or went, a VF came or went, a
+    /// The function's GPU read again (a parent registered or went, a VF came or went, a
     /// function changed drivers), and with it the vgpud devices on that function.
     Gpus {
         /// GPUs that appeared.
@@ -58,7 +59,7 @@ impl std::fmt::Display for UeventUpdate {
                 devices,
             } => write!(
                 f,
-                "GPUs read again (added {added:?}, removed {removed:?}); {devices} device(s) on the function read again"
+                "its GPU read again (added {added:?}, removed {removed:?}); {devices} device(s) on the function read again"
             ),
             UeventUpdate::Deferred => f.write_str("deferred until vgpud's own operation is done"),
             UeventUpdate::Own { uuid } => {
@@ -162,8 +163,8 @@ impl Engine {
             .send_all(changes.drift.iter().cloned().map(super::Event::Drift));
     }
 
-    /// A PCI function's event: the inventory is read again when the function is (or
-    /// becomes) a GPU, a VF or an mdev parent, and the vgpud devices on it are read again.
+    /// A PCI function's event: its GPU is read again when the function is (or becomes) a
+    /// GPU, a VF or an mdev parent, and the vgpud devices on it are read again.
     fn pci_uevent(&self, ev: &Uevent) -> EngineResult<UeventUpdate> {
         let function = ev.name();
         let known = self.gpus().contains_key(function);
@@ -221,7 +222,7 @@ impl Engine {
         if busy {
             return Ok(UeventUpdate::Deferred);
         }
-        let (added, removed) = self.rescan_gpus()?;
+        let (added, removed) = self.rescan_gpu_of(function)?;
         self.forget_types_of(function);
         // (A look takes the GPUs' locks after its own: released first.)
         drop(held);
