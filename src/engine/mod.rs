@@ -863,7 +863,7 @@ impl Engine {
                 )));
             }
         }
-        let mut matches: Vec<(String, MdevType)> = gpus
+        let matches: Vec<(String, MdevType)> = gpus
             .values()
             .filter(|e| match &req.parent {
                 Some(p) => *p == e.gpu.address,
@@ -898,63 +898,78 @@ impl Engine {
         }
         let policy = req.policy.unwrap_or(self.placement.policy);
         let numa = req.numa_node.or(self.placement.numa_node);
-        // Per GPU (VF parents counted with their physical GPU): its NUMA node and the
-        // framebuffer size of each of its types.
-        let mut pf_of: BTreeMap<String, String> = BTreeMap::new();
-        let mut numa_of: BTreeMap<String, Option<u32>> = BTreeMap::new();
-        let mut fb_of: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for e in self.gpus().values() {
-            let gpu = e
-                .gpu
-                .physical_function
-                .clone()
-                .unwrap_or_else(|| e.gpu.address.clone());
-            pf_of.insert(e.gpu.address.clone(), gpu.clone());
-            numa_of.insert(e.gpu.address.clone(), e.gpu.numa_node);
-            for t in &e.gpu.types {
-                fb_of.insert((gpu.clone(), t.id.clone()), t.framebuffer_bytes());
+        // Each candidate's GPU (a VF parent counts with its physical GPU).
+        let candidate_gpu: Vec<String> = matches
+            .iter()
+            .map(|(parent, _)| self.gpu_of_parent(parent))
+            .collect();
+        // least-busy: the GPUs' measured utilization, read once per GPU (no lock held).
+        let mut busy: BTreeMap<&str, Option<u32>> = BTreeMap::new();
+        if policy == Policy::LeastBusy {
+            for gpu in &candidate_gpu {
+                busy.entry(gpu.as_str()).or_insert_with(|| {
+                    self.control
+                        .metrics(gpu)
+                        .ok()
+                        .and_then(|m| m.gpu_utilization)
+                });
             }
         }
-        // Per GPU: active devices, and how many run the requested framebuffer size (or type,
-        // where the size is unknown).
-        let mut load: BTreeMap<String, (usize, Vec<(String, u64)>)> = BTreeMap::new();
-        for d in lock(&self.registry).devices.values().filter(|d| d.active) {
-            let gpu = pf_of.get(&d.parent).unwrap_or(&d.parent).clone();
-            let fb = fb_of
-                .get(&(gpu.clone(), d.type_id.clone()))
-                .copied()
-                .unwrap_or(0);
-            let entry = load.entry(gpu).or_default();
-            entry.0 += 1;
-            entry.1.push((d.type_id.clone(), fb));
-        }
-        // least-busy: the GPUs' measured utilization, read once per GPU.
-        let mut busy: BTreeMap<String, Option<u32>> = BTreeMap::new();
-        if policy == Policy::LeastBusy {
-            for (parent, _) in &matches {
-                let gpu = pf_of.get(parent).unwrap_or(parent).clone();
-                if let std::collections::btree_map::Entry::Vacant(e) = busy.entry(gpu) {
-                    let u = self
-                        .control
-                        .metrics(e.key())
-                        .ok()
-                        .and_then(|m| m.gpu_utilization);
-                    e.insert(u);
+        // Each candidate's key, computed once: its GPU's active devices and how many of them
+        // run the requested framebuffer size (or type, where the size is unknown). Only the
+        // candidates' GPUs are counted, and nothing is copied per device. (The registry's
+        // lock before the inventory's, as everywhere.)
+        let keys: Vec<(bool, u8, usize, String)> = {
+            let registry = lock(&self.registry);
+            let gpus = self.gpus();
+            let gpu_of = |address: &str| -> String {
+                gpus.get(address)
+                    .and_then(|e| e.gpu.physical_function.clone())
+                    .unwrap_or_else(|| address.to_string())
+            };
+            let mut of_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            for (i, gpu) in candidate_gpu.iter().enumerate() {
+                of_gpu.entry(gpu.as_str()).or_default().push(i);
+            }
+            let wanted_fb: Vec<u64> = matches.iter().map(|(_, t)| t.framebuffer_bytes()).collect();
+            // A device's framebuffer size, from its parent's types or its GPU's.
+            let fb_of = |parent: &str, gpu: &str, type_id: &str| -> u64 {
+                [parent, gpu]
+                    .iter()
+                    .filter_map(|a| gpus.get(*a))
+                    .find_map(|e| e.gpu.types.iter().find(|t| t.id == type_id))
+                    .map_or(0, MdevType::framebuffer_bytes)
+            };
+            let mut active = vec![0usize; matches.len()];
+            let mut alike = vec![0usize; matches.len()];
+            for d in registry.devices.values().filter(|d| d.active) {
+                let gpu = gpu_of(&d.parent);
+                let Some(indexes) = of_gpu.get(gpu.as_str()) else {
+                    continue;
+                };
+                let fb = fb_of(&d.parent, &gpu, &d.type_id);
+                for &i in indexes {
+                    active[i] += 1;
+                    if d.type_id == matches[i].1.id || (wanted_fb[i] > 0 && fb == wanted_fb[i]) {
+                        alike[i] += 1;
+                    }
                 }
             }
-        }
-        matches.sort_by_key(|(parent, ty)| {
-            let (active, running) = load.get(parent).cloned().unwrap_or_default();
-            let fb = ty.framebuffer_bytes();
-            let alike = running
+            let numa_of = |address: &str| gpus.get(address).and_then(|e| e.gpu.numa_node);
+            matches
                 .iter()
-                .filter(|(id, f)| *id == ty.id || (fb > 0 && *f == fb))
-                .count();
-            let off_node = numa.is_some() && numa_of.get(parent).copied().flatten() != numa;
-            let gpu = pf_of.get(parent).unwrap_or(parent);
-            let utilization = busy.get(gpu).copied().flatten();
-            placement_key(policy, off_node, active, alike, utilization, parent)
-        });
+                .enumerate()
+                .map(|(i, (parent, _))| {
+                    let off_node = numa.is_some() && numa_of(parent) != numa;
+                    let utilization = busy.get(candidate_gpu[i].as_str()).copied().flatten();
+                    placement_key(policy, off_node, active[i], alike[i], utilization, parent)
+                })
+                .collect()
+        };
+        let mut keyed: Vec<_> = keys.into_iter().zip(matches).collect();
+        // Stable: candidates with equal keys keep the inventory's order.
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        let matches: Vec<(String, MdevType)> = keyed.into_iter().map(|(_, m)| m).collect();
         Ok(matches)
     }
 
