@@ -728,3 +728,74 @@ async fn a_released_vgpu_on_a_vf_is_reset_and_kept_by_a_short_pool() {
         .expect("the kept vGPU handed out");
     assert_eq!(&got, released);
 }
+
+/// An Intel GVT-g vGPU is kept too: vgpud writes nothing (the kernel resets the whole vGPU
+/// when the next VM's QEMU resets the device), the mdev stays as it was, and its definition
+/// becomes the pool's, as mdevctl reads it.
+#[tokio::test]
+async fn a_released_gvtg_vgpu_is_kept_by_a_short_pool_as_it_is() {
+    const GVT_TYPE: &str = "GVTg_V5_8";
+    const GVT_POOL: &str = "pool-igpu";
+    let s = Setup::with_args(&["intel-gvtg"], &["--libvirt-uri", "test:///default"]).await;
+    let c = Client::from_connection(s.conn.clone())
+        .await
+        .expect("client");
+    let igpu = "0000:00:02.0";
+    let dir = s.host.path("etc/vgpud/layouts");
+    std::fs::create_dir_all(&dir).expect("layouts dir");
+    std::fs::write(
+        dir.join("keep.toml"),
+        format!(
+            "[[gpu]]\naddress = \"{igpu}\"\ndevices = [{{ type = \"{GVT_TYPE}\", spares = 1, owner = \"{GVT_POOL}\", keep_released = true }}]\n"
+        ),
+    )
+    .expect("layout");
+    let steps = c.apply_layout("keep", false).await.expect("ApplyLayout");
+    assert!(steps.iter().all(|st| st.status == "done"), "{steps:?}");
+    // The 256 MB aperture holds two V5_8: the spare and one desktop fill it.
+    let desktop = s
+        .busctl_create(GVT_TYPE, &[("owner", "vm-0")])
+        .expect("a desktop");
+    s.busctl_create(GVT_TYPE, &[("pool", GVT_POOL), ("owner", "vm-x")])
+        .expect("the spare handed out");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s.daemon.log_text().contains("pool refill step") {
+        assert!(Instant::now() < deadline, "no refill was tried");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(owned_by(&c, GVT_POOL).await.is_empty(), "the iGPU is full");
+
+    let sysfs = s.host.path(&format!("sys/bus/mdev/devices/{desktop}"));
+    let listing = |dir: &std::path::Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .expect("the mdev's directory")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let before = listing(&sysfs);
+    s.busctl_manager("RemoveDevice", &["sa{sv}", &desktop, "0"])
+        .expect("RemoveDevice");
+    let kept = c.device(&desktop).await.expect("the released vGPU is kept");
+    assert_eq!(
+        (kept.owner.as_str(), kept.kind.as_str()),
+        (GVT_POOL, "mdev")
+    );
+    assert!(kept.active && kept.persistent && kept.autostart, "{kept:?}");
+    assert_eq!(listing(&sysfs), before, "the mdev is left as it was");
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("released device reset and kept as a spare")
+            && log.contains("reset by the kernel when the next VM starts"),
+        "{log}"
+    );
+    let definition = s.host.path(&format!("etc/mdevctl.d/{igpu}/{desktop}"));
+    let text = std::fs::read_to_string(&definition).expect("its mdevctl definition");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(json["mdev_type"], "i915-GVTg_V5_8", "{text}");
+    assert_eq!(json["start"], "auto", "{text}");
+    // The pool is whole again: handed out warm, no create.
+    let got = s
+        .busctl_create(GVT_TYPE, &[("pool", GVT_POOL), ("owner", "vm-y")])
+        .expect("the kept vGPU handed out");
+    assert_eq!(got, desktop);
+}

@@ -16,6 +16,36 @@ use crate::discovery;
 use crate::model::MdevType;
 use crate::persist::{self, mdevctl, state};
 
+/// How a released device is made clean for its next tenant before a pool keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reset {
+    /// An NVIDIA vGPU (an mdev, or time-sliced on an SR-IOV VF): its vGPU parameters cleared
+    /// through this `nvidia/vgpu_params` (a single space: NVIDIA's way; they apply at the
+    /// next VM start, so the next tenant never runs with the last one's).
+    ClearParams(std::path::PathBuf),
+    /// An Intel GVT-g vGPU: nothing for vgpud to write. kvmgt answers the `VFIO_DEVICE_RESET`
+    /// that QEMU issues when the next VM starts with a device-model-level reset of the whole
+    /// vGPU (`intel_gvt_reset_vgpu`: its GTT back to the scratch page, fences cleared,
+    /// MMIO, PVINFO, display and configuration space reset), and what the guest drew lives in
+    /// the guest's own memory, not in the vGPU.
+    ByTheKernelAtNextStart,
+}
+
+impl Reset {
+    /// For the log.
+    fn what(&self) -> &'static str {
+        match self {
+            Reset::ClearParams(_) => "vGPU parameters cleared",
+            Reset::ByTheKernelAtNextStart => "reset by the kernel when the next VM starts",
+        }
+    }
+}
+
+/// Whether an mdev type is Intel GVT-g's (`i915-GVTg_V<gen>_<n>`).
+fn is_gvtg(type_id: &str) -> bool {
+    type_id.starts_with("i915-GVTg_")
+}
+
 /// Hand-outs since the refill last looked, and the signal that one happened.
 #[derive(Debug, Default)]
 pub struct HandOuts {
@@ -113,15 +143,18 @@ impl Engine {
         self.reshaper.0.get()?.pool_for_released(self, device)
     }
 
-    /// The file a released device is reset through for its next tenant, if it can be kept:
-    /// `nvidia/vgpu_params` of an NVIDIA vGPU that exists, an mdev or a time-sliced vGPU on
-    /// an SR-IOV VF (the VF has the same file), not backed by a MIG instance. No reset is
-    /// known to be safe for the others (GVT-g, MIG-backed, passthrough).
-    pub(super) fn reset_file(&self, info: &DeviceInfo) -> Option<std::path::PathBuf> {
+    /// How a released device is made clean for its next tenant, if it can be kept (see
+    /// [`Reset`]); `None` for the kinds no reset is known safe for: MIG-backed vGPUs (a
+    /// tenant may have made compute instances in its GPU instance from inside the guest) and
+    /// whole GPUs given through (their memory is the guest's to clear).
+    pub(super) fn reset_of(&self, info: &DeviceInfo) -> Option<Reset> {
         if !info.active || self.is_mig_backed(info) {
             return None;
         }
         let file = match info.kind {
+            super::DeviceKind::Mdev if is_gvtg(&info.type_id) => {
+                return Some(Reset::ByTheKernelAtNextStart)
+            }
             super::DeviceKind::Mdev => {
                 discovery::mdev_device_dir(&self.host, &info.uuid).join(VGPU_PARAMS)
             }
@@ -130,7 +163,7 @@ impl Engine {
             }
             super::DeviceKind::Passthrough => return None,
         };
-        file.is_file().then_some(file)
+        file.is_file().then_some(Reset::ClearParams(file))
     }
 
     /// Gives a released device to the pool that wants it, if one does, as a spare reset for
@@ -146,16 +179,18 @@ impl Engine {
         let Ok(info) = self.known(uuid) else {
             return Ok(None);
         };
-        let Some(params) = self.reset_file(&info) else {
+        let Some(reset) = self.reset_of(&info) else {
             return Ok(None);
         };
         let Some(pool) = self.pool_for_released(&info).filter(|p| *p != info.owner) else {
             return Ok(None);
         };
         let pool = pool.as_str();
-        if let Err(e) = self.host.write_attr(&params, " ") {
-            tracing::warn!(%uuid, %pool, error = %e, "could not clear the vGPU parameters of a released device: it is removed instead");
-            return Ok(None);
+        if let Reset::ClearParams(params) = &reset {
+            if let Err(e) = self.host.write_attr(params, " ") {
+                tracing::warn!(%uuid, %pool, error = %e, "could not clear the vGPU parameters of a released device: it is removed instead");
+                return Ok(None);
+            }
         }
         let read_again = match (&info.kind, info.address.as_deref()) {
             (super::DeviceKind::SriovVgpu, Some(vf)) => {
@@ -201,7 +236,7 @@ impl Engine {
         self.forget_lease(uuid);
         claim.finish(Some(kept.clone()));
         crate::metrics::counters().pool("return");
-        tracing::info!(%uuid, %pool, %released_by, "released device reset and kept as a spare");
+        tracing::info!(%uuid, %pool, %released_by, reset = reset.what(), "released device reset and kept as a spare");
         Ok(Some(kept))
     }
 
