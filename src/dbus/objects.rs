@@ -168,10 +168,7 @@ impl GpuObject {
     #[zbus(property)]
     async fn devices(&self) -> Vec<OwnedObjectPath> {
         self.engine
-            .devices_of(&self.address)
-            .iter()
-            .map(|d| paths::device_path(&d.uuid))
-            .collect()
+            .map_devices_of(&self.address, |d| paths::device_path(&d.uuid))
     }
 }
 

@@ -715,8 +715,13 @@ impl Engine {
         }
         let refs: Vec<&Vec<MdevType>> = per_vf.iter().collect();
         // Each VF shows 0 or 1; the GPU's maximum counts the vGPUs already on its VFs.
-        let used = u32::try_from(self.devices_of(address).iter().filter(|d| d.active).count())
-            .unwrap_or(u32::MAX);
+        let used = u32::try_from(
+            self.map_devices_of(address, |d| d.active)
+                .into_iter()
+                .filter(|active| *active)
+                .count(),
+        )
+        .unwrap_or(u32::MAX);
         let mut types = discovery::sum_vf_types(&refs);
         for t in &mut types {
             let max = t.max_instances();
@@ -779,16 +784,23 @@ impl Engine {
 
     /// Devices of one GPU, also those on its VFs.
     pub fn devices_of(&self, parent: &str) -> Vec<DeviceInfo> {
+        self.map_devices_of(parent, DeviceInfo::clone)
+    }
+
+    /// What `f` takes of each device on `parent` (on it or on its VFs that are mdev
+    /// parents), in UUID order; nothing else is copied out of the registry.
+    pub fn map_devices_of<T>(&self, parent: &str, f: impl Fn(&DeviceInfo) -> T) -> Vec<T> {
         let vfs: BTreeSet<String> = self
-            .vf_parents(parent)
-            .into_iter()
-            .map(|(vf, _)| vf)
+            .gpus()
+            .values()
+            .filter(|e| e.gpu.physical_function.as_deref() == Some(parent))
+            .map(|e| e.gpu.address.clone())
             .collect();
         lock(&self.registry)
             .devices
             .values()
             .filter(|d| d.parent == parent || vfs.contains(&d.parent))
-            .cloned()
+            .map(f)
             .collect()
     }
 
