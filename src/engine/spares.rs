@@ -167,9 +167,9 @@ impl Engine {
     }
 
     /// Gives a released device to the pool that wants it, if one does, as a spare reset for
-    /// its next tenant: its vGPU parameters cleared (a single space written to
-    /// `nvidia/vgpu_params`, NVIDIA's way to clear them; they apply at the next VM start),
-    /// its owner the pool's tag, persistent and autostart like the layout's own spares, its
+    /// its next tenant as [`Reset`] says for its kind (an NVIDIA vGPU's parameters cleared;
+    /// nothing written for GVT-g, which the kernel resets at the next VM's start), its owner
+    /// the pool's tag, persistent and autostart like the layout's own spares, its
     /// lease dropped; the definition and record in one commit, one `PropertiesChanged` in
     /// the caller's batch. The pool (and libvirt, through it) is asked under the device's
     /// claim, so no other call changes the device meanwhile. `None` when no pool takes it
