@@ -758,13 +758,22 @@ fn test_options_make_the_driver_refuse_or_delay_type_and_params_writes() {
     assert_eq!(attr(&host, vf0, "nvidia/current_vgpu_type"), "0\n");
     assert!(!state.join(kernel::FAIL_VF_RELEASE_FILE).exists());
     set_type(&host, vf0, "1150").expect("4Q once more");
-    // A slow driver: type writes take their time, releases do not wait.
-    option(kernel::VF_TYPE_DELAY_FILE, "300");
+    // A slow driver: type writes take their time, releases do not wait. The delay is long
+    // (2 s) so that a release slowed by a busy machine (one took over 300 ms in a CI run) is
+    // not taken for one that waited.
+    let delay = std::time::Duration::from_millis(2000);
+    option(kernel::VF_TYPE_DELAY_FILE, &delay.as_millis().to_string());
     let start = std::time::Instant::now();
     set_type(&host, vf0, "0").expect("release");
-    assert!(start.elapsed() < std::time::Duration::from_millis(300));
+    let release = start.elapsed();
+    assert!(release < delay, "the release waited {release:?}");
+    let start = std::time::Instant::now();
     set_type(&host, vf0, "1150").expect("4Q, slowly");
-    assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+    assert!(
+        start.elapsed() >= delay,
+        "the type write took {:?}",
+        start.elapsed()
+    );
 }
 
 fn nvidia_smi(host: &SimHost, args: &[&str]) -> ToolOutput {
