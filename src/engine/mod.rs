@@ -156,6 +156,15 @@ struct GpuEntry {
     lock: Arc<Mutex<()>>,
 }
 
+/// The physical GPU that `address` belongs to in the inventory `gpus`: its physical function
+/// when it is a VF listed there, else `address` itself. Borrows, so that a loop over every
+/// device copies nothing.
+fn gpu_address_in<'a>(gpus: &'a BTreeMap<String, GpuEntry>, address: &'a str) -> &'a str {
+    gpus.get(address)
+        .and_then(|e| e.gpu.physical_function.as_deref())
+        .unwrap_or(address)
+}
+
 /// [`Engine::known_types`]: the cached types, and a count of forgets so that a reading that
 /// raced with a change is not kept.
 #[derive(Default)]
@@ -493,12 +502,11 @@ impl Engine {
     /// The physical function (or non-PCI parent) whose GPU `function` is part of: as known,
     /// else as its `physfn` link says, else the known GPU that listed it as a VF (a VF gone).
     fn family_root(&self, function: &str) -> String {
-        if let Some(e) = self.gpus().get(function) {
-            return e
-                .gpu
-                .physical_function
-                .clone()
-                .unwrap_or_else(|| function.to_string());
+        {
+            let gpus = self.gpus();
+            if gpus.contains_key(function) {
+                return gpu_address_in(&gpus, function).to_string();
+            }
         }
         if let Ok(Some(pf)) = discovery::sriov::physical_function(&self.host, function) {
             return pf;
@@ -594,6 +602,8 @@ impl Engine {
                 .iter()
                 .map(|a| Event::GpuRemoved { address: a.clone() }),
         );
+        // A scan of the whole inventory forgets every GPU's types; one GPU's scan forgets only
+        // those of its functions.
         let whole = before.len() == gpus.len();
         let touched: Vec<String> = before.into_iter().chain(next.keys().cloned()).collect();
         for address in &touched {
@@ -830,8 +840,7 @@ impl Engine {
 
     /// The physical GPU a device's parent belongs to (the parent itself unless it is a VF).
     pub fn gpu_of_parent(&self, parent: &str) -> String {
-        self.physical_of(parent)
-            .unwrap_or_else(|| parent.to_string())
+        gpu_address_in(&self.gpus(), parent).to_string()
     }
 
     fn type_name(&self, parent: &str, type_id: &str) -> String {
@@ -934,11 +943,6 @@ impl Engine {
         let keys: Vec<(bool, u8, usize, String)> = {
             let registry = lock(&self.registry);
             let gpus = self.gpus();
-            let gpu_of = |address: &str| -> String {
-                gpus.get(address)
-                    .and_then(|e| e.gpu.physical_function.clone())
-                    .unwrap_or_else(|| address.to_string())
-            };
             let mut of_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
             for (i, gpu) in candidate_gpu.iter().enumerate() {
                 of_gpu.entry(gpu.as_str()).or_default().push(i);
@@ -955,11 +959,11 @@ impl Engine {
             let mut active = vec![0usize; matches.len()];
             let mut alike = vec![0usize; matches.len()];
             for d in registry.devices.values().filter(|d| d.active) {
-                let gpu = gpu_of(&d.parent);
-                let Some(indexes) = of_gpu.get(gpu.as_str()) else {
+                let gpu = gpu_address_in(&gpus, &d.parent);
+                let Some(indexes) = of_gpu.get(gpu) else {
                     continue;
                 };
-                let fb = fb_of(&d.parent, &gpu, &d.type_id);
+                let fb = fb_of(&d.parent, gpu, &d.type_id);
                 for &i in indexes {
                     active[i] += 1;
                     if d.type_id == matches[i].1.id || (wanted_fb[i] > 0 && fb == wanted_fb[i]) {
