@@ -32,6 +32,10 @@ struct Cli {
     /// (with no leased device, libvirt is never asked).
     #[arg(long, value_name = "S", default_value_t = 30)]
     reclaim_interval_s: u64,
+    /// How long hand-outs of spares must pause before the pools are refilled in the
+    /// background, in milliseconds (a storm's hand-outs come first).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    refill_settle_ms: u64,
     /// The least time between two full looks at the host made because uevents were lost
     /// (the uevent socket overran), in seconds.
     #[arg(long, value_name = "S", default_value_t = 60)]
@@ -207,6 +211,9 @@ fn main() -> ExitCode {
                 restore_timeout: std::time::Duration::from_secs(cli.restore_timeout_s),
                 reclaim_interval: std::time::Duration::from_secs(
                     cli.reclaim_interval_s.clamp(1, 3600),
+                ),
+                refill_settle: std::time::Duration::from_millis(
+                    cli.refill_settle_ms.clamp(1, 3_600_000),
                 ),
                 libvirt_uri: cli
                     .libvirt_uri

@@ -85,8 +85,9 @@ pub fn least_refusals_slots(intervals: &[(f64, f64)], slots: usize) -> usize {
 }
 
 /// The hindsight policy over the rows of `events` in `[from, from + hours·3600)`, on
-/// `gpus` Quadro GPUs and `mig_slots` MIG slices; a device never removed holds its room to
-/// the window's end.
+/// `gpus` Quadro GPUs and `mig_slots` MIG slices. A device the broker never removes holds
+/// its room to the window's end, or, with a lease of `lease_h` hours, until the lease runs
+/// out after its last use (an orphan's VM never ran: from its creation).
 pub fn hindsight(
     events: &[Event],
     from: u64,
@@ -94,6 +95,7 @@ pub fn hindsight(
     gpus: usize,
     mig_slots: usize,
     limit: u64,
+    lease_h: Option<f64>,
 ) -> Hindsight {
     let end = hours as f64;
     let mut quadro = Vec::new();
@@ -108,9 +110,10 @@ pub fn hindsight(
         };
         let start = (e.time - from) as f64 / HOUR as f64;
         let used_until = (start + e.duration as f64 / HOUR as f64).min(end);
-        let held_until = match e.kind {
-            Kind::Login => used_until,
-            Kind::Orphan | Kind::Forgotten => end,
+        let held_until = match (e.kind, lease_h) {
+            (Kind::Login, _) => used_until,
+            (Kind::Orphan | Kind::Forgotten, None) => end,
+            (Kind::Orphan | Kind::Forgotten, Some(lease)) => (used_until + lease).min(end),
         };
         broker_idle += (held_until - used_until) / f64::from(class.max_per_gpu);
         if class.type_name.starts_with("H200") {
@@ -218,9 +221,13 @@ mod tests {
             row(HOUR, "H200X-1-18C", Kind::Login, HOUR),
             row(HOUR, "H200X-1-18C", Kind::Login, HOUR),
         ];
-        let h = hindsight(&events, 0, 4, 1, 1, 10_000);
+        let h = hindsight(&events, 0, 4, 1, 1, 10_000, None);
         assert_eq!((h.requests, h.refused, h.exact), (4, 1, true));
         // The orphan: 4 h of a 12th of a GPU; the forgotten one: the 2 h after its use.
         assert!((h.broker_idle_gpu_hours - 6.0 / 12.0).abs() < 1e-9);
+        // With a lease of half an hour each holds half an hour past its use.
+        let h = hindsight(&events, 0, 4, 1, 1, 10_000, Some(0.5));
+        assert_eq!(h.refused, 1, "the two MIG logins still share one slot");
+        assert!((h.broker_idle_gpu_hours - 1.0 / 12.0).abs() < 1e-9);
     }
 }

@@ -11,11 +11,21 @@
 //!    (`vgpud::layout::pools::wanted_spares`) run on the trace's hours;
 //! 4. `hindsight`: knows every login in advance (offline; no daemon).
 //!
-//! It reports per policy the login wait p50/p99 (a `CreateDevice` call's wall time), the
-//! refusals, the GPU-hours held by idle spares and by the broker's orphans and forgotten
-//! devices, the logins served from a spare, the re-shapes, and the forecast's error; the
-//! table goes to stdout and `target/bench/replay.md`, the forecast against the actual to
-//! `target/bench/replay-forecast.csv` and, when python3 has matplotlib, `forecast-week.png`.
+//! It reports per policy the login wait p50/p99 (a `CreateDevice` call's wall time), over
+//! all requests and over the weekday storms' (`week::in_storm`), the share of the storms'
+//! logins served from a spare, the refusals, the GPU-hours held by idle spares (and their
+//! share of all device-hours) and by the broker's orphans and forgotten devices, the logins
+//! served from a spare, the devices reclaimed by leases, the re-shapes, and the forecast's
+//! error; the table goes to stdout and `target/bench/replay.md`, the forecast against the
+//! actual to `target/bench/replay-forecast.csv` and, when python3 has matplotlib,
+//! `forecast-week.png`.
+//!
+//! Leases: run as root with libvirtd installed, each device is created with a lease
+//! (`VGPUD_REPLAY_LEASE_MIN` simulated minutes, default 30; 0: none) and its owner is a
+//! libvirt domain of a private libvirtd's test driver, which the replay starts when the
+//! session begins and destroys when it ends (an orphan's is never started, a forgotten
+//! device's is destroyed when its use ends), so vgpud's reclaim is what frees the broker's
+//! devices. Elsewhere the replay says why leases are off and runs without them.
 //!
 //! Run: `cargo bench --bench replay`. `VGPUD_REPLAY_TRACE` (a CSV trace; else a generated
 //! one, `VGPUD_REPLAY_SEED`, default 25, two weeks), `VGPUD_REPLAY_SPEED` (wall seconds per
@@ -26,6 +36,9 @@
 
 mod hindsight;
 mod week;
+
+#[path = "../../tests/common/libvirtd.rs"]
+mod libvirtd;
 
 #[path = "../storm/optimum.rs"]
 #[allow(dead_code)]
@@ -40,19 +53,22 @@ mod bus;
 #[allow(dead_code)]
 mod daemon;
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use vgpud::demand::forecast::{accuracy, Forecaster};
 use vgpud::layout::pools::wanted_spares;
 use vgpud_client::{Client, ManagerProxy, Options};
 
 use daemon::{bench_host, ms, percentile, start_daemon_args};
-use week::{class_of, Class, Event, Kind, CLASSES, HOUR, WEEK};
+use libvirtd::Libvirtd;
+use week::{class_of, in_storm, Class, Event, Kind, CLASSES, HOUR, WEEK};
 
 /// The Quadro GPUs each class's pool lives on (16 in all; the AI class uses the H200s).
 const SPLIT: [usize; 3] = [6, 7, 3];
@@ -85,14 +101,103 @@ impl Policy {
 #[derive(Debug, Default)]
 struct Measured {
     waits_ms: Vec<f64>,
+    /// The waits of the requests in a weekday storm window.
+    storm_waits_ms: Vec<f64>,
+    /// The devices made for storm requests (served from a spare or made then).
+    storm_uuids: Vec<String>,
     made: usize,
     refused: usize,
     errors: usize,
     spare_gpu_hours: f64,
+    /// Device-hours of spares and of all devices (each device counted as one).
+    spare_device_hours: f64,
+    device_hours: f64,
     broker_gpu_hours: f64,
     warm: usize,
+    storm_warm: usize,
     reshapes: usize,
+    reclaim: Reclaims,
     wall_s: f64,
+}
+
+/// What the leases took back.
+#[derive(Debug, Default)]
+struct Reclaims {
+    orphans: usize,
+    forgotten: usize,
+    /// Devices whose domain was running when they were reclaimed (must stay 0).
+    of_running: usize,
+    /// Login devices reclaimed (their domain runs until the broker removes them: must stay 0).
+    logins: usize,
+    /// The longest wait from the lease's start (the domain's last stop, or an orphan's
+    /// creation) to the reclaim, in simulated seconds.
+    longest_s: f64,
+    /// Orphans and forgotten devices still there at the end that were due by then.
+    overdue: usize,
+    domain_errors: usize,
+}
+
+/// Leases in the replay: the lease each device gets, in wall seconds and simulated hours.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    wall_s: u32,
+    sim_h: f64,
+}
+
+/// A broker's device the leases may reclaim.
+#[derive(Debug, Clone)]
+struct Held {
+    kind: Kind,
+    domain: String,
+    share: f64,
+    /// When the device stops being used (simulated seconds from the replay's start).
+    idle_from: f64,
+}
+
+/// The replay's libvirt domains, one per session, on the private libvirtd's test driver:
+/// started and destroyed in order by a thread of their own (libvirt's calls block), with the
+/// set of those running.
+struct Domains {
+    tx: mpsc::Sender<(String, bool)>,
+    running: Arc<Mutex<HashSet<String>>>,
+    errors: Arc<AtomicUsize>,
+}
+
+impl Domains {
+    fn open(uri: &str) -> Domains {
+        let (tx, rx) = mpsc::channel::<(String, bool)>();
+        let running = Arc::new(Mutex::new(HashSet::new()));
+        let errors = Arc::new(AtomicUsize::new(0));
+        let conn =
+            virt::connect::Connect::open(Some(uri)).expect("connect to the private libvirtd");
+        let (r, e) = (running.clone(), errors.clone());
+        std::thread::spawn(move || {
+            for (name, start) in rx {
+                let done = if start {
+                    let xml = format!(
+                        "<domain type='test'><name>{name}</name><memory>1048576</memory><os><type>hvm</type></os></domain>"
+                    );
+                    let made = conn.create_domain_xml(&xml, 0).map(|_| ());
+                    if made.is_ok() {
+                        r.lock().expect("running").insert(name.clone());
+                    }
+                    made
+                } else {
+                    r.lock().expect("running").remove(&name);
+                    conn.lookup_domain_by_name(&name).and_then(|d| d.destroy())
+                };
+                if let Err(err) = done {
+                    e.fetch_add(1, Ordering::SeqCst);
+                    eprintln!("domain {name}: {err}");
+                }
+            }
+        });
+        Domains {
+            tx,
+            running,
+            errors,
+        }
+    }
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -194,6 +299,7 @@ fn is_no_capacity(e: &zbus::Error) -> bool {
 
 struct Replay {
     events: Vec<Event>,
+    lease: Option<Lease>,
     from: u64,
     hours: u64,
     speed: f64,
@@ -215,6 +321,25 @@ impl Replay {
         let bus = bus::start_bus(dir.path());
         let log = dir.path().join("vgpud.log");
         let nvml = self.nvml.as_os_str();
+        let libvirt = self.lease.map(|_| {
+            let at = dir.path().join("libvirt");
+            (Libvirtd::start(&at), Libvirtd::uri(&at))
+        });
+        // The refill's settle (1 s of a real storm's quiet between hand-outs) on the
+        // replay's clock.
+        let settle = refill_settle_ms(self.speed).to_string();
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--nvml-library".as_ref(),
+            nvml,
+            "--refill-settle-ms".as_ref(),
+            settle.as_ref(),
+        ];
+        if let Some((_, uri)) = &libvirt {
+            args.extend(
+                ["--libvirt-uri", uri.as_str(), "--reclaim-interval-s", "1"]
+                    .map(std::ffi::OsStr::new),
+            );
+        }
         let (daemon, _) = start_daemon_args(
             Path::new(env!("CARGO_BIN_EXE_vgpud")),
             &host.root,
@@ -222,19 +347,38 @@ impl Replay {
             dir.path(),
             "info",
             Some(&log),
-            &["--nvml-library".as_ref(), nvml],
+            &args,
         );
-        let mut m = rt.block_on(self.drive(policy, &bus.1, &host.root));
+        let domains = libvirt.as_ref().map(|(_, uri)| Domains::open(uri));
+        let mut m = rt.block_on(self.drive(policy, &bus.1, &host.root, domains.as_ref()));
         drop(daemon);
+        drop(libvirt);
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         m.reshapes = text
             .matches("re-shaped a GPU of spares toward a type that had no room")
             .count();
-        m.warm = text.matches("spare handed out").count();
+        let handed_out: HashSet<&str> = text
+            .lines()
+            .filter(|l| l.contains("spare handed out"))
+            .filter_map(|l| l.split("uuid=").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .collect();
+        m.warm = handed_out.len();
+        m.storm_warm = m
+            .storm_uuids
+            .iter()
+            .filter(|u| handed_out.contains(u.as_str()))
+            .count();
         m
     }
 
-    async fn drive(&self, policy: Policy, address: &str, root: &Path) -> Measured {
+    async fn drive(
+        &self,
+        policy: Policy,
+        address: &str,
+        root: &Path,
+        domains: Option<&Domains>,
+    ) -> Measured {
         let conn = zbus::connection::Builder::address(address)
             .build()
             .await
@@ -319,13 +463,15 @@ impl Replay {
                     let Ok(devices) = client.list_devices().await else {
                         continue;
                     };
-                    let share: f64 = devices
+                    let spares: Vec<&Class> = devices
                         .iter()
                         .filter_map(|d| pool_class(&d.owner))
-                        .map(|c| 1.0 / f64::from(c.max_per_gpu))
-                        .sum();
+                        .collect();
+                    let share: f64 = spares.iter().map(|c| 1.0 / f64::from(c.max_per_gpu)).sum();
                     if let Ok(mut o) = out.lock() {
                         o.spare_gpu_hours += share * SAMPLE_H;
+                        o.spare_device_hours += spares.len() as f64 * SAMPLE_H;
+                        o.device_hours += devices.len() as f64 * SAMPLE_H;
                     }
                 }
             })
@@ -348,6 +494,43 @@ impl Replay {
             })
         });
 
+        // The broker's devices the leases may reclaim, and what the reclaims were.
+        let held: Arc<Mutex<HashMap<String, Held>>> = Arc::default();
+        let running: Arc<Mutex<HashSet<String>>> =
+            domains.map(|d| d.running.clone()).unwrap_or_default();
+        let per_s = HOUR as f64 / self.speed;
+        let listener = {
+            let (held, out, running) = (held.clone(), out.clone(), running.clone());
+            let mut signals = client
+                .manager()
+                .receive_device_reclaimed()
+                .await
+                .expect("subscribe to DeviceReclaimed");
+            tokio::spawn(async move {
+                while let Some(sig) = signals.next().await {
+                    let Ok(args) = sig.args() else { continue };
+                    let now = start.elapsed().as_secs_f64() * per_s;
+                    let Some(h) = held.lock().expect("held").remove(args.uuid()) else {
+                        continue;
+                    };
+                    let runs = running.lock().expect("running").contains(&h.domain);
+                    let mut o = out.lock().expect("measured");
+                    let r = &mut o.reclaim;
+                    if runs {
+                        r.of_running += 1;
+                    }
+                    match h.kind {
+                        Kind::Orphan => r.orphans += 1,
+                        Kind::Forgotten => r.forgotten += 1,
+                        Kind::Login => r.logins += 1,
+                    }
+                    r.longest_s = r.longest_s.max(now - h.idle_from);
+                    o.broker_gpu_hours += h.share * (now - h.idle_from).max(0.0) / HOUR as f64;
+                }
+            })
+        };
+        let lease = self.lease;
+
         let window: Vec<&Event> = self
             .events
             .iter()
@@ -368,9 +551,17 @@ impl Replay {
             let at = (e.time - self.from) as f64;
             tokio::time::sleep_until(start + self.wall(at)).await;
             let m = managers[i % managers.len()].clone();
-            let mut opts = Options::new().str("owner", e.user.clone());
+            // With leases the owner is the session's own libvirt domain.
+            let owner = match lease {
+                Some(_) => format!("{}-r{i}", e.user),
+                None => e.user.clone(),
+            };
+            let mut opts = Options::new().str("owner", owner.clone());
             if policy != Policy::Demand && !class.type_name.starts_with("H200") {
                 opts = opts.str("pool", format!("pool-{}", class.name));
+            }
+            if let Some(l) = lease {
+                opts = opts.u32("lease_s", l.wall_s);
             }
             let used_until = (at + e.duration as f64).min(end_s);
             let release = start + self.wall(used_until);
@@ -378,6 +569,9 @@ impl Replay {
             let type_name = e.type_name.clone();
             let share = 1.0 / f64::from(class.max_per_gpu);
             let pending = pending.clone();
+            let storm = in_storm(e.time - self.from);
+            let held = held.clone();
+            let domains = domains.map(|d| (d.tx.clone(), d.running.clone()));
             pending.fetch_add(1, Ordering::SeqCst);
             tasks.push(tokio::spawn(async move {
                 let t = Instant::now();
@@ -387,15 +581,35 @@ impl Replay {
                     let mut o = out.lock().expect("measured");
                     pending.fetch_sub(1, Ordering::SeqCst);
                     o.waits_ms.push(wait);
+                    if storm {
+                        o.storm_waits_ms.push(wait);
+                    }
                     match r {
                         Ok((uuid, _)) => {
                             o.made += 1;
+                            if storm {
+                                o.storm_uuids.push(uuid.clone());
+                            }
+                            // An orphan's lease runs from the answer: the device exists
+                            // from then, and its VM never starts.
+                            let answered = start.elapsed().as_secs_f64() * per_s;
                             let idle_from = match kind {
                                 Kind::Login => end_s,
-                                Kind::Orphan => at,
+                                Kind::Orphan => answered.max(at),
                                 Kind::Forgotten => used_until,
                             };
-                            o.broker_gpu_hours += share * (end_s - idle_from) / HOUR as f64;
+                            if lease.is_some() && kind != Kind::Login {
+                                // Counted when reclaimed, or at the end.
+                                let h = Held {
+                                    kind,
+                                    domain: owner.clone(),
+                                    share,
+                                    idle_from,
+                                };
+                                held.lock().expect("held").insert(uuid.clone(), h);
+                            } else {
+                                o.broker_gpu_hours += share * (end_s - idle_from) / HOUR as f64;
+                            }
                             uuid
                         }
                         Err(e) if is_no_capacity(&e) => {
@@ -409,8 +623,22 @@ impl Replay {
                         }
                     }
                 };
-                if kind == Kind::Login && used_until < end_s {
-                    tokio::time::sleep_until(release).await;
+                // The broker starts the session's VM, and destroys it when the session ends.
+                if let Some((tx, _)) = &domains {
+                    if kind != Kind::Orphan {
+                        let _ = tx.send((owner.clone(), true));
+                    }
+                }
+                if kind == Kind::Orphan || used_until >= end_s {
+                    return;
+                }
+                tokio::time::sleep_until(release).await;
+                if let Some((tx, running)) = &domains {
+                    // Not running from now on, for the reclaim's count.
+                    running.lock().expect("running").remove(&owner);
+                    let _ = tx.send((owner.clone(), false));
+                }
+                if kind == Kind::Login {
                     if let Err(e) = m.remove_device(&uuid, Options::new().to_opts()).await {
                         eprintln!("RemoveDevice {uuid}: {e}");
                     }
@@ -432,7 +660,20 @@ impl Replay {
             t.abort();
             let _ = t.await;
         }
+        listener.abort();
+        // The broker's devices not reclaimed hold their room to the end.
+        let look_s = HOUR as f64 / self.speed; // one reclaim look: 1 s of wall time
+        for h in held.lock().expect("held").values() {
+            let mut o = out.lock().expect("measured");
+            o.broker_gpu_hours += h.share * (end_s - h.idle_from) / HOUR as f64;
+            if let Some(l) = lease {
+                if h.idle_from + l.sim_h * HOUR as f64 + 2.0 * look_s < end_s {
+                    o.reclaim.overdue += 1;
+                }
+            }
+        }
         let mut m = std::mem::take(&mut *out.lock().expect("measured"));
+        m.reclaim.domain_errors = domains.map_or(0, |d| d.errors.load(Ordering::SeqCst));
         m.wall_s = wall_start.elapsed().as_secs_f64();
         m
     }
@@ -464,7 +705,9 @@ fn main() {
     let hours: u64 = env_or("VGPUD_REPLAY_HOURS", 168).min(168);
     let history_from = if from > 0 { 0 } else { from };
     let history_hours = if from > 0 { from / HOUR } else { hours };
+    let lease = lease_setting(speed);
     let replay = Replay {
+        lease,
         forecast: forecasts(&events, from, hours),
         static_spares: spares_static(&events, history_from, history_hours),
         nvml: fake_nvml(),
@@ -519,7 +762,15 @@ fn main() {
         eprintln!("{}: {:?} (waits not shown)", p.name(), (m.made, m.refused));
         rows.push((p, m));
     }
-    let h = hindsight::hindsight(&replay.events, from, hours, 16, MIG_SLOTS, 2_000_000);
+    let h = hindsight::hindsight(
+        &replay.events,
+        from,
+        hours,
+        16,
+        MIG_SLOTS,
+        2_000_000,
+        lease.map(|l| l.sim_h),
+    );
 
     let mut out = String::new();
     let _ = writeln!(
@@ -533,22 +784,53 @@ fn main() {
         acc.relative.unwrap_or(0.0) * 100.0,
         acc.actual,
     );
-    out.push_str("| policy | requests | login wait p50 / p99 (ms) | refused | from a spare | spares idle (GPU-h) | orphans + forgotten (GPU-h) | re-shapes | forecast error |\n|---|---|---|---|---|---|---|---|---|\n");
+    let _ = writeln!(
+        out,
+        "- the pools' refill waits for hand-outs to pause {} ms of wall time (`--refill-settle-ms`; 1 s of the week's time is {:.2} ms)",
+        refill_settle_ms(speed),
+        1000.0 * speed / HOUR as f64
+    );
+    let _ = writeln!(
+        out,
+        "- leases: {}\n",
+        match lease {
+            Some(l) => format!(
+                "{} s of wall time ({:.0} simulated minutes) on every device, reclaim looks every 1 s ({:.0} simulated minutes); the sessions' domains on a private libvirtd's test driver",
+                l.wall_s,
+                l.sim_h * 60.0,
+                60.0 / speed
+            ),
+            None => format!("off ({})", lease_off_reason()),
+        }
+    );
+    out.push_str("| policy | requests | login wait p50 / p99 (ms) | storm logins from a spare | storm wait p50 / p99 (ms) | refused | from a spare | spares idle (GPU-h; share of device-hours) | orphans + forgotten (GPU-h) | re-shapes | forecast error |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let p50_p99 = |v: &mut Vec<f64>| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.1} / {:.1}", percentile(v, 0.5), percentile(v, 0.99))
+        }
+    };
+    let share = |part: f64, whole: f64| {
+        if whole > 0.0 {
+            format!("{:.1} %", 100.0 * part / whole)
+        } else {
+            "-".into()
+        }
+    };
     for (p, m) in &mut rows {
         let n = m.waits_ms.len();
-        let (p50, p99) = if n == 0 {
-            (0.0, 0.0)
-        } else {
-            (
-                percentile(&mut m.waits_ms, 0.5),
-                percentile(&mut m.waits_ms, 0.99),
-            )
-        };
+        let storms = m.storm_waits_ms.len();
         let _ = writeln!(
             out,
-            "| {} | {n} | {p50:.1} / {p99:.1} | {}{} | {} | {:.1} | {:.1} | {} | {} |",
+            "| {} | {n} | {} | {} of {storms} ({}) | {} | {} ({}){} | {} | {:.1} ({}) | {:.1} | {} | {} |",
             p.name(),
+            p50_p99(&mut m.waits_ms),
+            m.storm_warm,
+            share(m.storm_warm as f64, storms as f64),
+            p50_p99(&mut m.storm_waits_ms),
             m.refused,
+            share(m.refused as f64, n as f64),
             if m.errors > 0 {
                 format!(" (+{} errors)", m.errors)
             } else {
@@ -556,6 +838,7 @@ fn main() {
             },
             m.warm,
             m.spare_gpu_hours,
+            share(m.spare_device_hours, m.device_hours),
             m.broker_gpu_hours,
             m.reshapes,
             if *p == Policy::Elastic {
@@ -568,14 +851,69 @@ fn main() {
     }
     let _ = writeln!(
         out,
-        "| hindsight | {} | hand-out only (made ahead) | {}{} | all | 0 | {:.1} | - | 0 (knows the trace) |",
+        "| hindsight | {} | hand-out only (made ahead) | all | - | {}{} ({}) | all | 0 | {:.1} | - | 0 (knows the trace) |",
         h.requests,
         if h.exact { "" } else { "≥ " },
         h.refused,
+        share(h.refused as f64, h.requests as f64),
         h.broker_idle_gpu_hours,
     );
+    if lease.is_some() {
+        out.push_str("\n| policy | orphans reclaimed | forgotten reclaimed | reclaimed while their domain ran | login devices reclaimed | longest from the lease's start to the reclaim (simulated min) | due but not reclaimed at the end | domain errors |\n|---|---|---|---|---|---|---|---|\n");
+        for (p, m) in &rows {
+            let r = &m.reclaim;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {:.0} | {} | {} |",
+                p.name(),
+                r.orphans,
+                r.forgotten,
+                r.of_running,
+                r.logins,
+                r.longest_s / 60.0,
+                r.overdue,
+                r.domain_errors,
+            );
+        }
+    }
     print!("{out}");
     std::fs::write(out_dir.join("replay.md"), &out).expect("target/bench/replay.md");
+}
+
+/// vgpud's refill settle (1 s) in wall milliseconds at `speed` (at least 1).
+fn refill_settle_ms(speed: f64) -> u64 {
+    ((1000.0 * speed / HOUR as f64).round() as u64).max(1)
+}
+
+/// Why leases cannot run here, if they cannot: a private libvirtd runs only as root.
+fn lease_off_reason() -> String {
+    if env_or("VGPUD_REPLAY_LEASE_MIN", 30.0) <= 0.0 {
+        return "VGPUD_REPLAY_LEASE_MIN=0".into();
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return "a private libvirtd runs only as root".into();
+    }
+    match Command::new("libvirtd").arg("--version").output() {
+        Ok(_) => String::new(),
+        Err(e) => format!("libvirtd cannot run: {e} (apt-get install libvirt-daemon)"),
+    }
+}
+
+/// The lease of `VGPUD_REPLAY_LEASE_MIN` simulated minutes at `speed` wall seconds per
+/// simulated hour, in whole wall seconds (at least 1); `None`, said loudly, when leases
+/// cannot run here.
+fn lease_setting(speed: f64) -> Option<Lease> {
+    let why = lease_off_reason();
+    if !why.is_empty() {
+        eprintln!("replay: leases are off: {why}; orphans and forgotten devices stay to the end");
+        return None;
+    }
+    let minutes: f64 = env_or("VGPUD_REPLAY_LEASE_MIN", 30.0);
+    let wall_s = ((minutes / 60.0 * speed).round() as u32).max(1);
+    Some(Lease {
+        wall_s,
+        sim_h: f64::from(wall_s) / speed,
+    })
 }
 
 /// Plots the forecast against the actual with python3's matplotlib, if it is there.

@@ -142,6 +142,20 @@ pub const WEEKDAY_ATTENDANCE: f64 = 0.92;
 /// The share of those that log in again after lunch.
 pub const AFTER_LUNCH: f64 = 0.7;
 
+/// The weekday morning storm's logins: from 8:00 to 9:30 (hours of the day).
+pub const MORNING_STORM: (f64, f64) = (8.0, 9.5);
+/// The after-lunch storm's logins: from 13:00 to 14:00 (later for a long morning session).
+pub const LUNCH_STORM: (f64, f64) = (13.0, 14.0);
+
+/// Whether a request at `time` (seconds since a Monday 00:00) falls in a weekday storm
+/// window: the logins the pools are there for.
+pub fn in_storm(time: u64) -> bool {
+    let day = time / DAY;
+    let hour = (time % DAY) as f64 / HOUR as f64;
+    let within = |w: (f64, f64)| w.0 <= hour && hour < w.1;
+    day % 7 < 5 && (within(MORNING_STORM) || within(LUNCH_STORM))
+}
+
 /// Ad-hoc logins per user per hour: weekday working hours (9–18), weekday evening and
 /// night, weekend daytime (9–18), weekend night.
 fn ad_hoc_rate(weekend: bool, hour: u64) -> f64 {
@@ -186,12 +200,14 @@ pub fn generate(seed: u64, weeks: u64) -> Vec<Event> {
                         continue;
                     }
                     // The morning storm: 8:00–9:30, uniform; a session of median 3.8 h.
-                    let login = 8.0 + 1.5 * rng.unit();
+                    let (from, to) = MORNING_STORM;
+                    let login = from + (to - from) * rng.unit();
                     let session = rng.log_normal(3.8, 0.25).min(10.0);
                     push(&mut rng, user, base + h(login), h(session));
                     if rng.unit() < AFTER_LUNCH {
                         // After lunch: 13:00–14:00, or 15 min after the morning's end.
-                        let again = (13.0 + rng.unit()).max(login + session + 0.25);
+                        let (from, to) = LUNCH_STORM;
+                        let again = (from + (to - from) * rng.unit()).max(login + session + 0.25);
                         let session = rng.log_normal(3.5, 0.3).min(8.0);
                         push(&mut rng, user, base + h(again), h(session));
                     }
@@ -319,5 +335,23 @@ mod tests {
         assert!(w
             .iter()
             .all(|e| e.time < WEEK && class_of(&e.type_name).is_some()));
+    }
+
+    #[test]
+    fn the_storm_windows_are_the_weekday_mornings_and_after_lunch() {
+        let at = |day: u64, h: u64, m: u64| day * DAY + h * HOUR + m * 60;
+        assert!(in_storm(at(0, 8, 0)) && in_storm(at(4, 9, 29)) && in_storm(at(2, 13, 59)));
+        assert!(!in_storm(at(0, 7, 59)) && !in_storm(at(0, 9, 30)) && !in_storm(at(0, 14, 0)));
+        assert!(!in_storm(at(5, 8, 30)) && !in_storm(at(6, 13, 30)) && in_storm(at(7, 8, 30)));
+        // Every morning login the generator draws is in a storm, and most of a weekday's
+        // requests are.
+        let w = generate(25, 1);
+        let monday: Vec<&Event> = w.iter().filter(|e| e.time < DAY).collect();
+        let storm = monday.iter().filter(|e| in_storm(e.time)).count();
+        assert!(storm * 10 > monday.len() * 7, "{storm} of {}", monday.len());
+        assert!(w
+            .iter()
+            .filter(|e| e.time / DAY == 0 && (e.time % DAY) / HOUR == 8)
+            .all(|e| in_storm(e.time)));
     }
 }

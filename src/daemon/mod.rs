@@ -47,6 +47,8 @@ pub struct Config {
     pub restore_timeout: std::time::Duration,
     /// How often leases are checked against their domains.
     pub reclaim_interval: std::time::Duration,
+    /// How long hand-outs must pause before the pools are refilled.
+    pub refill_settle: std::time::Duration,
     /// The libvirt connection URI (`qemu:///system`).
     pub libvirt_uri: String,
     /// NVIDIA's `sriov-manage` (taken below `root`).
@@ -266,7 +268,9 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     // create with no room may empty a GPU of spares ([`crate::layout::reshape`]).
     let libvirt = Arc::new(crate::libvirt::VirtConnection::new(&config.libvirt_uri));
     let reshaper = crate::layout::reshape::PoolReshaper::install(&engine, Some(libvirt.clone()));
-    if let Err(e) = crate::layout::pools::spawn_refill(engine.clone(), reshaper) {
+    if let Err(e) =
+        crate::layout::pools::spawn_refill(engine.clone(), reshaper, config.refill_settle)
+    {
         tracing::error!(error = %e, "could not start the pool refill thread: pools are not refilled");
     }
 

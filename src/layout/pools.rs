@@ -33,7 +33,8 @@ use super::file::Layout;
 use super::plan::{self, HostView};
 use super::reshape::PoolReshaper;
 
-/// How long hand-outs must pause before the refill starts (a storm's hand-outs come first).
+/// How long hand-outs must pause before the refill starts, unless the daemon is told
+/// otherwise (`--refill-settle-ms`): a storm's hand-outs come first.
 pub const REFILL_SETTLE: Duration = Duration::from_secs(1);
 /// How often a layout with forecast entries is applied again.
 pub const SIZING_INTERVAL: Duration = Duration::from_secs(300);
@@ -337,11 +338,12 @@ pub fn refill(engine: &Engine, reshaper: &PoolReshaper, why: &str) {
 }
 
 /// Runs the refill loop on a thread of its own: after hand-outs (once they pause for
-/// [`REFILL_SETTLE`]), and every [`SIZING_INTERVAL`] while the active layout has forecast
-/// entries.
+/// `settle`, by default [`REFILL_SETTLE`]), and every [`SIZING_INTERVAL`] while the active
+/// layout has forecast entries.
 pub fn spawn_refill(
     engine: Arc<Engine>,
     reshaper: Arc<PoolReshaper>,
+    settle: Duration,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("vgpud-refill".into())
@@ -349,7 +351,7 @@ pub fn spawn_refill(
             let handed_out = engine.hand_outs().wait(SIZING_INTERVAL);
             if handed_out {
                 // Let the storm's hand-outs gather: refill once they pause.
-                while engine.hand_outs().wait(REFILL_SETTLE) {}
+                while engine.hand_outs().wait(settle) {}
                 refill(&engine, &reshaper, "spares were handed out");
             } else if reshaper
                 .active_layout(engine.host())

@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod golden;
 pub mod introspection;
 pub mod libvirt;
+pub mod libvirtd;
 pub mod metrics;
 pub mod monitor;
 pub mod nvml;
