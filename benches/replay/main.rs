@@ -268,22 +268,29 @@ fn spares_static(events: &[Event], from: u64, hours: u64) -> [u32; 3] {
         let peak = week::hourly(events, c.type_name, from, hours)
             .into_iter()
             .fold(0.0, f64::max);
-        out[i] = wanted_spares(peak, 0.0, SPLIT[i], 0, c.max_per_gpu);
+        // ⌈peak ÷ GPUs⌉ on each: the most any of the class's GPUs is given.
+        out[i] = wanted_spares(peak, 0.0, SPLIT[i], 0, 0, c.max_per_gpu);
     }
     out
 }
 
-fn layout_text(quadro: &[String], counts: [u32; 3]) -> String {
+/// The class of each Quadro GPU, in address order, and its rank among the class's GPUs.
+fn quadro_classes() -> impl Iterator<Item = (&'static Class, usize)> {
+    CLASSES[..3]
+        .iter()
+        .zip(SPLIT)
+        .flat_map(|(c, n)| (0..n).map(move |rank| (c, rank)))
+}
+
+/// The layout of the Quadro GPUs (in address order) with `counts[g]` spares on GPU `g`.
+fn layout_text(quadro: &[String], counts: &[u32]) -> String {
     let mut s = String::from("description = \"replay bench pools\"\n");
-    let mut gpus = quadro.iter();
-    for (i, c) in CLASSES[..3].iter().enumerate() {
-        for gpu in gpus.by_ref().take(SPLIT[i]) {
-            let _ = write!(
-                s,
-                "\n[[gpu]]\naddress = \"{gpu}\"\ndevices = [{{ type = \"{}\", count = {}, owner = \"pool-{}\" }}]\n",
-                c.type_name, counts[i], c.name
-            );
-        }
+    for ((gpu, (c, _)), count) in quadro.iter().zip(quadro_classes()).zip(counts) {
+        let _ = write!(
+            s,
+            "\n[[gpu]]\naddress = \"{gpu}\"\ndevices = [{{ type = \"{}\", count = {count}, owner = \"pool-{}\" }}]\n",
+            c.type_name, c.name
+        );
     }
     s
 }
@@ -404,9 +411,9 @@ impl Replay {
         }
         let layouts = root.join("etc/vgpud/layouts");
         std::fs::create_dir_all(&layouts).expect("layouts dir");
-        let apply = |counts: [u32; 3]| {
+        let apply = |counts: Vec<u32>| {
             let client = &client;
-            let text = layout_text(&quadro, counts);
+            let text = layout_text(&quadro, &counts);
             let path = layouts.join("replay.toml");
             async move {
                 std::fs::write(&path, text).expect("layout");
@@ -416,17 +423,25 @@ impl Replay {
                     .expect("ApplyLayout");
             }
         };
-        let sized = |h: usize| -> [u32; 3] {
-            let mut out = [0; 3];
-            if let Some(row) = self.forecast.get(h) {
-                for (i, c) in CLASSES[..3].iter().enumerate() {
-                    out[i] = wanted_spares(row[i].0, row[i].1, SPLIT[i], 0, c.max_per_gpu);
-                }
-            }
-            out
+        // Each class's forecast spread over its GPUs, as vgpud spreads a pool's.
+        let sized = |h: usize| -> Vec<u32> {
+            quadro_classes()
+                .map(|(c, rank)| {
+                    let i = CLASSES.iter().position(|k| k.name == c.name).unwrap_or(0);
+                    self.forecast.get(h).map_or(0, |row| {
+                        wanted_spares(row[i].0, row[i].1, SPLIT[i], rank, 0, c.max_per_gpu)
+                    })
+                })
+                .collect()
         };
+        let uniform: Vec<u32> = quadro_classes()
+            .map(|(c, _)| {
+                let i = CLASSES.iter().position(|k| k.name == c.name).unwrap_or(0);
+                self.static_spares[i]
+            })
+            .collect();
         match policy {
-            Policy::Static => apply(self.static_spares).await,
+            Policy::Static => apply(uniform).await,
             Policy::Elastic => apply(sized(0)).await,
             Policy::Demand => {}
         }
@@ -478,8 +493,9 @@ impl Replay {
         };
         // The elastic pools sized at each simulated hour.
         let sizer = (policy == Policy::Elastic).then(|| {
-            let counts: Vec<[u32; 3]> = (0..self.hours as usize).map(sized).collect();
-            let text: Vec<String> = counts.iter().map(|c| layout_text(&quadro, *c)).collect();
+            let text: Vec<String> = (0..self.hours as usize)
+                .map(|h| layout_text(&quadro, &sized(h)))
+                .collect();
             let client = client.clone();
             let path = layouts.join("replay.toml");
             let step = self.wall(HOUR as f64);

@@ -15,9 +15,9 @@
 //!   creates take their turn like any other and never take a device in use. A layout with
 //!   forecast entries is also applied every [`SIZING_INTERVAL`], so spares grow before a
 //!   predicted peak and shrink after it.
-//! - **Sizing.** An entry with `forecast = true` keeps, on each GPU it matches,
-//!   ⌈max(forecast of this hour, forecast of the next) ÷ the GPUs it matches⌉ spares, at least
-//!   `min` and at most `max` ([`wanted_spares`]). Refilling a GPU takes seconds here (a storm
+//! - **Sizing.** A pool with `forecast = true` keeps ⌈max(forecast of this hour, forecast of
+//!   the next)⌉ spares in all, spread evenly over the GPUs its entries match, at least `min`
+//!   and at most `max` on each ([`wanted_spares`], [`sized`]). Refilling a GPU takes seconds here (a storm
 //!   makes hundreds of devices a second on the simulated host, docs/benchmarks.md), far under an
 //!   hour, so looking one hour ahead covers the time spares take to make.
 
@@ -41,40 +41,71 @@ pub const SIZING_INTERVAL: Duration = Duration::from_secs(300);
 /// The file that names the active layout, below the state directory.
 const ACTIVE: &str = "active-layout";
 
-/// The spares a forecast entry keeps on one of the `gpus` GPUs it matches.
-pub fn wanted_spares(this_hour: f64, next_hour: f64, gpus: usize, min: u32, max: u32) -> u32 {
-    let ahead = this_hour.max(next_hour).max(0.0);
-    let per_gpu = (ahead / gpus.max(1) as f64).ceil();
-    // A forecast beyond u32 is capped by max anyway.
-    let per_gpu = if per_gpu >= f64::from(u32::MAX) {
-        u32::MAX
-    } else {
-        per_gpu as u32
-    };
-    per_gpu.clamp(min.min(max), max)
+/// The spares a forecast pool keeps on the `rank`-th (from 0) of the `gpus` GPUs its
+/// entries match: ⌈max(this hour, next hour)⌉ spares in all, spread evenly (the first
+/// `total mod gpus` GPUs, in address order, keep one more), at least `min` and at most
+/// `max` on each.
+pub fn wanted_spares(
+    this_hour: f64,
+    next_hour: f64,
+    gpus: usize,
+    rank: usize,
+    min: u32,
+    max: u32,
+) -> u32 {
+    let ahead = this_hour.max(next_hour).max(0.0).ceil();
+    let gpus = gpus.max(1) as u64;
+    // A forecast beyond what any host holds is capped by max anyway.
+    let total = if ahead >= 1e15 { 1 << 50 } else { ahead as u64 };
+    let per_gpu = total / gpus + u64::from((rank as u64) < total % gpus);
+    u32::try_from(per_gpu)
+        .unwrap_or(u32::MAX)
+        .clamp(min.min(max), max)
 }
 
 /// The layout with each forecast entry's count sized from the forecast at `now_s`; a type
-/// the forecast cannot name keeps `min`.
+/// the forecast cannot name keeps `min`. A pool (a type and an owner) may have entries on
+/// several GPUs, one per address or one per model: its forecast is spread over all the GPUs
+/// they match ([`wanted_spares`]), and an entry that matches several GPUs keeps the most any
+/// of them is given.
 pub fn sized(engine: &Engine, layout: &Layout, view: &HostView, now_s: u64) -> Layout {
     let mut out = layout.clone();
     if !has_forecast(layout) {
         return out;
     }
     let matched = plan::entries_by_gpu(layout, view);
+    let mut forecasts = std::collections::HashMap::new();
     for (gi, entry) in out.gpus.iter_mut().enumerate() {
-        let gpus = matched
-            .iter()
-            .filter(|(e, _)| std::ptr::eq(*e, &layout.gpus[gi]))
-            .count();
         for d in entry.devices.iter_mut().filter(|d| d.forecast) {
             let (min, max) = (d.min.unwrap_or(0), d.max.unwrap_or(0));
-            d.count = match engine.forecast_of(&d.type_query, now_s, 2) {
-                Ok(f) => {
+            // The GPUs of this pool, in address order, and which of them are this entry's.
+            let mut pool: Vec<(&str, bool)> = matched
+                .iter()
+                .filter(|(e, _)| {
+                    e.devices
+                        .iter()
+                        .any(|o| o.forecast && o.owner == d.owner && o.type_query == d.type_query)
+                })
+                .map(|(e, g)| {
+                    let own = std::ptr::eq(*e, &layout.gpus[gi]);
+                    (view.gpus[*g].address.as_str(), own)
+                })
+                .collect();
+            pool.sort_unstable();
+            let forecast = forecasts
+                .entry(d.type_query.clone())
+                .or_insert_with(|| engine.forecast_of(&d.type_query, now_s, 2).ok());
+            d.count = match forecast {
+                Some(f) => {
                     let at = |i: usize| f.ahead.get(i).map_or(0.0, |(_, v)| *v);
-                    wanted_spares(at(0), at(1), gpus, min, max)
+                    pool.iter()
+                        .enumerate()
+                        .filter(|(_, (_, own))| *own)
+                        .map(|(rank, _)| wanted_spares(at(0), at(1), pool.len(), rank, min, max))
+                        .max()
+                        .unwrap_or(min.min(max))
                 }
-                Err(_) => min.min(max),
+                None => min.min(max),
             };
         }
     }
@@ -364,7 +395,7 @@ pub fn spawn_refill(
 
 #[cfg(test)]
 mod tests {
-    use super::{active, pool_for_released, remember, wanted_spares, ACTIVE};
+    use super::{active, pool_for_released, remember, wanted_spares, Layout, ACTIVE};
     use crate::host::Host;
     use crate::layout::plan::{DeviceView, GpuView, HostView};
 
@@ -475,21 +506,90 @@ devices = [
     }
 
     #[test]
-    fn spares_cover_the_busier_of_this_hour_and_the_next_split_over_the_gpus() {
-        // A peak of 40 logins next hour on 16 GPUs: 3 each (40 ÷ 16 rounded up).
-        assert_eq!(wanted_spares(2.0, 40.0, 16, 0, 8), 3);
+    fn spares_cover_the_busier_of_this_hour_and_the_next_spread_over_the_gpus() {
+        let all = |this, next, gpus, min, max| -> Vec<u32> {
+            (0..gpus)
+                .map(|rank| wanted_spares(this, next, gpus, rank, min, max))
+                .collect()
+        };
+        // A peak of 40 logins next hour on 16 GPUs: 40 spares, the first 8 GPUs keep 3.
+        let peak = all(2.0, 40.0, 16, 0, 8);
+        assert_eq!(peak.iter().sum::<u32>(), 40);
+        assert_eq!((peak[0], peak[7], peak[8], peak[15]), (3, 3, 2, 2));
         // After the peak, the hour under way still counts.
-        assert_eq!(wanted_spares(40.0, 0.0, 16, 0, 8), 3);
+        assert_eq!(all(40.0, 0.0, 16, 0, 8), peak);
         // Bounded by max, raised to min.
-        assert_eq!(wanted_spares(1000.0, 0.0, 4, 0, 8), 8);
-        assert_eq!(wanted_spares(0.0, 0.0, 4, 2, 8), 2);
-        // A fraction of a login still asks for one spare.
-        assert_eq!(wanted_spares(0.2, 0.0, 4, 0, 8), 1);
+        assert_eq!(all(1000.0, 0.0, 4, 0, 8), vec![8; 4]);
+        assert_eq!(all(0.0, 0.0, 4, 2, 8), vec![2; 4]);
+        // A fraction of a login asks for one spare on the host, not one per GPU.
+        assert_eq!(all(0.2, 0.0, 4, 0, 8), vec![1, 0, 0, 0]);
+        assert_eq!(all(4.5, 0.0, 4, 0, 8), vec![2, 1, 1, 1]);
         // No GPU matched counts as one; nonsense forecasts are nothing.
-        assert_eq!(wanted_spares(3.0, -5.0, 0, 0, 8), 3);
-        assert_eq!(wanted_spares(f64::NAN, -1.0, 2, 1, 8), 1);
-        assert_eq!(wanted_spares(f64::INFINITY, 0.0, 2, 0, 8), 8);
+        assert_eq!(wanted_spares(3.0, -5.0, 0, 0, 0, 8), 3);
+        assert_eq!(all(f64::NAN, -1.0, 2, 1, 8), vec![1, 1]);
+        assert_eq!(all(f64::INFINITY, 0.0, 2, 0, 8), vec![8, 8]);
         // min above max never happens in a checked layout; max wins.
-        assert_eq!(wanted_spares(0.0, 0.0, 1, 9, 4), 4);
+        assert_eq!(wanted_spares(0.0, 0.0, 1, 0, 9, 4), 4);
+    }
+
+    #[test]
+    fn a_pools_forecast_is_spread_over_all_its_gpus_not_given_to_each_entry() {
+        use crate::demand::record::Note;
+        let dir = tempfile::tempdir().expect("tempdir");
+        vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");
+        let e = crate::engine::Engine::new(Host::simulated(dir.path())).expect("engine");
+        let mut gpus = e.list_gpus();
+        gpus.sort_by(|a, b| a.address.cmp(&b.address));
+        let id = gpus[0]
+            .types
+            .iter()
+            .find(|t| t.matches("RTX6000-1Q"))
+            .expect("a 1Q type")
+            .id
+            .clone();
+        // Three weeks of 9 requests in the hour from 09:00 on Mondays.
+        let monday_9 = 1_764_579_600;
+        for week in 0..3 {
+            for i in 0..9 {
+                e.demand()
+                    .note_at(&id, Note::Request, monday_9 + week * 7 * 86_400 + i * 60);
+            }
+        }
+        let now = monday_9 + 3 * 7 * 86_400;
+        let f = e.forecast_of(&id, now, 2).expect("forecast");
+        let ahead = f.ahead[0].1.max(f.ahead[1].1);
+        assert!(ahead > 1.0, "the forecast learnt the Mondays: {ahead}");
+        let entry = |gpu: &str| {
+            format!(
+                "[[gpu]]\n{gpu}\ndevices = [{{ type = \"RTX6000-1Q\", owner = \"pool-task\", forecast = true, max = 16 }}]\n"
+            )
+        };
+        let view = crate::layout::apply::host_view(&e);
+        // One entry per GPU: the pool's forecast is spread over both, not given to each.
+        let per_address: Layout = toml::from_str(&format!(
+            "{}{}",
+            entry(&format!("address = \"{}\"", gpus[0].address)),
+            entry(&format!("address = \"{}\"", gpus[1].address))
+        ))
+        .expect("layout");
+        let counts: Vec<u32> = super::sized(&e, &per_address, &view, now)
+            .gpus
+            .iter()
+            .map(|g| g.devices[0].count)
+            .collect();
+        assert_eq!(
+            counts.iter().sum::<u32>(),
+            ahead.ceil() as u32,
+            "{counts:?}"
+        );
+        assert!(
+            counts[0] >= counts[1] && counts[0] - counts[1] <= 1,
+            "{counts:?}"
+        );
+        // One entry for the model, on both GPUs: the most either is given.
+        let by_model: Layout =
+            toml::from_str(&entry(&format!("model = \"{}\"", gpus[0].model))).expect("layout");
+        let sized = super::sized(&e, &by_model, &view, now);
+        assert_eq!(sized.gpus[0].devices[0].count, counts[0]);
     }
 }
