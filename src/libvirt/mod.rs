@@ -378,29 +378,56 @@ pub fn change(
 /// The domains whose running or persistent definition holds `device` as a hostdev: an mdev
 /// by its UUID, an SR-IOV vGPU or a passthrough device by its PCI functions.
 pub fn holders(ops: &dyn LibvirtOps, device: &DeviceInfo) -> Result<Vec<String>, LibvirtError> {
-    let functions = match device.kind {
-        DeviceKind::Mdev => Vec::new(),
-        DeviceKind::SriovVgpu => device.address.iter().cloned().collect(),
-        DeviceKind::Passthrough => device.passthrough_functions(),
-    };
-    let holds = |summary: &crate::xml::DomainSummary| match device.kind {
-        DeviceKind::Mdev => summary.mdev_hostdevs.contains(&device.uuid),
-        _ => summary.pci_hostdevs.iter().any(|a| functions.contains(a)),
-    };
-    let mut out = Vec::new();
-    for domain in ops.domains()? {
-        let held = domain.xml.iter().any(|x| match crate::xml::parse_domain(x) {
-            Ok(summary) => holds(&summary),
-            Err(e) => {
-                tracing::warn!(domain = %domain.name, error = %e, "cannot read a domain's XML to see which devices it holds");
-                false
-            }
-        });
-        if held {
-            out.push(domain.name);
-        }
+    Ok(Holdings::read(ops)?.of(device))
+}
+
+/// The hostdevs of every domain, read once from libvirt (every domain's XML) to answer
+/// [`holders`] for several devices.
+#[derive(Debug, Default)]
+pub struct Holdings(Vec<(String, Vec<crate::xml::DomainSummary>)>);
+
+impl Holdings {
+    /// Reads every domain's definitions; one that cannot be parsed holds nothing.
+    pub fn read(ops: &dyn LibvirtOps) -> Result<Holdings, LibvirtError> {
+        let domains = ops.domains()?;
+        Ok(Holdings(
+            domains
+                .into_iter()
+                .map(|domain| {
+                    let summaries = domain
+                        .xml
+                        .iter()
+                        .filter_map(|x| match crate::xml::parse_domain(x) {
+                            Ok(summary) => Some(summary),
+                            Err(e) => {
+                                tracing::warn!(domain = %domain.name, error = %e, "cannot read a domain's XML to see which devices it holds");
+                                None
+                            }
+                        })
+                        .collect();
+                    (domain.name, summaries)
+                })
+                .collect(),
+        ))
     }
-    Ok(out)
+
+    /// The domains that hold `device`.
+    pub fn of(&self, device: &DeviceInfo) -> Vec<String> {
+        let functions = match device.kind {
+            DeviceKind::Mdev => Vec::new(),
+            DeviceKind::SriovVgpu => device.address.iter().cloned().collect(),
+            DeviceKind::Passthrough => device.passthrough_functions(),
+        };
+        let holds = |summary: &crate::xml::DomainSummary| match device.kind {
+            DeviceKind::Mdev => summary.mdev_hostdevs.contains(&device.uuid),
+            _ => summary.pci_hostdevs.iter().any(|a| functions.contains(a)),
+        };
+        self.0
+            .iter()
+            .filter(|(_, summaries)| summaries.iter().any(holds))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
 }
 
 fn known_device(engine: &Engine, uuid: &str) -> Result<DeviceInfo, AttachError> {

@@ -9,7 +9,7 @@
 //! that uses it under another name keeps it), and libvirt answered (when libvirt cannot be
 //! reached nothing is decided, and no clock runs).
 
-use super::{holders, LibvirtError, LibvirtOps};
+use super::{Holdings, LibvirtError, LibvirtOps};
 use crate::engine::leases::Verdict;
 use crate::engine::Engine;
 
@@ -23,9 +23,11 @@ pub struct Reclaimed {
 }
 
 /// Looks at every leased device at `now` (Unix seconds) and reclaims those whose lease ran
-/// out. With no leased device, libvirt is not asked anything.
+/// out. With no leased device, libvirt is not asked anything; the domains' definitions are
+/// read once per look, and only when a lease ran out.
 pub fn reclaim_expired(engine: &Engine, ops: &dyn LibvirtOps, now: u64) -> Reclaimed {
     let mut done = Reclaimed::default();
+    let mut holdings: Option<Holdings> = None;
     for device in engine.leased_devices() {
         let owner = device.owner.clone();
         let state = match ops.domain_state(&owner) {
@@ -43,10 +45,19 @@ pub fn reclaim_expired(engine: &Engine, ops: &dyn LibvirtOps, now: u64) -> Recla
             continue;
         };
         // A guest that holds the device (under whatever name) and runs keeps it.
-        let held_by_running = match holders(ops, &device) {
-            Ok(domains) => domains
-                .into_iter()
-                .find(|d| ops.domain_state(d).is_ok_and(|s| s.active)),
+        let read = match holdings.take() {
+            Some(h) => Ok(h),
+            None => Holdings::read(ops),
+        };
+        let held_by_running = match read {
+            Ok(h) => {
+                let running = h
+                    .of(&device)
+                    .into_iter()
+                    .find(|d| ops.domain_state(d).is_ok_and(|s| s.active));
+                holdings = Some(h);
+                running
+            }
             Err(e) => {
                 tracing::warn!(uuid = %device.uuid, error = %e, "cannot tell which domains hold a leased device; it is kept");
                 done.skipped += 1;
@@ -127,7 +138,17 @@ mod tests {
             "the clocks start"
         );
         assert_eq!(reclaim_expired(&e, &libvirt, t0 + 9).devices, vec![]);
+        assert_eq!(
+            libvirt.listings(),
+            0,
+            "no domain's XML is read while no lease ran out"
+        );
         let done = reclaim_expired(&e, &libvirt, t0 + 10);
+        assert_eq!(
+            libvirt.listings(),
+            1,
+            "two leases ran out in one look: the domains are read once"
+        );
         let mut gone: Vec<&str> = done.devices.iter().map(|(u, _)| u.as_str()).collect();
         gone.sort_unstable();
         let mut want = vec![stopped.as_str(), ghost.as_str()];

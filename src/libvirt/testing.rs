@@ -28,6 +28,8 @@ pub struct FakeLibvirt {
     attached: Mutex<BTreeMap<String, Vec<String>>>,
     calls: Mutex<Vec<Call>>,
     refuse: Mutex<Option<String>>,
+    /// How many times every domain's XML was asked for.
+    listed: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeLibvirt {
@@ -43,6 +45,11 @@ impl FakeLibvirt {
     /// Makes every following attach and detach fail with this libvirt message.
     pub fn refuse_with(&self, message: &str) {
         *self.refuse.lock().unwrap_or_else(|e| e.into_inner()) = Some(message.to_string());
+    }
+
+    /// How many times every domain's XML was asked for (`domains`).
+    pub fn listings(&self) -> usize {
+        self.listed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The calls made so far.
@@ -100,6 +107,8 @@ impl FakeLibvirt {
 
 impl LibvirtOps for FakeLibvirt {
     fn domains(&self) -> Result<Vec<DomainXml>, LibvirtError> {
+        self.listed
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let domains = self.domains.lock().unwrap_or_else(|e| e.into_inner());
         let attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
         Ok(domains
