@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use vgpud::demand::forecast::{accuracy, Forecaster};
-use vgpud::layout::pools::wanted_spares;
+use vgpud::layout::pools::{looked_ahead, wanted_spares, LOOK_AHEAD};
 use vgpud_client::{Client, ManagerProxy, Options};
 
 use daemon::{bench_host, ms, percentile, start_daemon_args};
@@ -424,12 +424,16 @@ impl Replay {
             }
         };
         // Each class's forecast spread over its GPUs, as vgpud spreads a pool's.
-        let sized = |h: usize| -> Vec<u32> {
+        // At simulated second `at`: this hour's forecast, and the next hour's once it is
+        // vgpud's look-ahead away.
+        let sized = |at: u64| -> Vec<u32> {
+            let h = (at / HOUR) as usize;
             quadro_classes()
                 .map(|(c, rank)| {
                     let i = CLASSES.iter().position(|k| k.name == c.name).unwrap_or(0);
                     self.forecast.get(h).map_or(0, |row| {
-                        wanted_spares(row[i].0, row[i].1, SPLIT[i], rank, 0, c.max_per_gpu)
+                        let (this, next) = looked_ahead(at, row[i].0, row[i].1);
+                        wanted_spares(this, next, SPLIT[i], rank, 0, c.max_per_gpu)
                     })
                 })
                 .collect()
@@ -491,20 +495,27 @@ impl Replay {
                 }
             })
         };
-        // The elastic pools sized at each simulated hour.
+        // The elastic pools sized at each simulated hour, and again when the next hour
+        // comes within vgpud's look-ahead (vgpud itself looks every five minutes; the
+        // count changes only at these two moments of an hour).
         let sizer = (policy == Policy::Elastic).then(|| {
-            let text: Vec<String> = (0..self.hours as usize)
-                .map(|h| layout_text(&quadro, &sized(h)))
+            let ahead = LOOK_AHEAD.as_secs();
+            let times: Vec<u64> = (0..self.hours)
+                .flat_map(|h| [h * HOUR, (h + 1) * HOUR - ahead])
+                .skip(1)
+                .collect();
+            let plans: Vec<(Duration, String)> = times
+                .iter()
+                .map(|&at| (self.wall(at as f64), layout_text(&quadro, &sized(at))))
                 .collect();
             let client = client.clone();
             let path = layouts.join("replay.toml");
-            let step = self.wall(HOUR as f64);
             tokio::spawn(async move {
-                for (h, t) in text.into_iter().enumerate().skip(1) {
-                    tokio::time::sleep_until(start + step * h as u32).await;
+                for (wall, t) in plans {
+                    tokio::time::sleep_until(start + wall).await;
                     std::fs::write(&path, t).expect("layout");
                     if let Err(e) = client.apply_layout("replay", false).await {
-                        eprintln!("hour {h}: ApplyLayout: {e}");
+                        eprintln!("at {:.1} s: ApplyLayout: {e}", wall.as_secs_f64());
                     }
                 }
             })

@@ -16,10 +16,11 @@
 //!   forecast entries is also applied every [`SIZING_INTERVAL`], so spares grow before a
 //!   predicted peak and shrink after it.
 //! - **Sizing.** A pool with `forecast = true` keeps ⌈max(forecast of this hour, forecast of
-//!   the next)⌉ spares in all, spread evenly over the GPUs its entries match, at least `min`
-//!   and at most `max` on each ([`wanted_spares`], [`sized`]). Refilling a GPU takes seconds here (a storm
-//!   makes hundreds of devices a second on the simulated host, docs/benchmarks.md), far under an
-//!   hour, so looking one hour ahead covers the time spares take to make.
+//!   the next once it is [`LOOK_AHEAD`] away)⌉ spares in all, spread evenly over the GPUs its
+//!   entries match, at least `min` and at most `max` on each ([`wanted_spares`], [`sized`]).
+//!   Refilling takes seconds here (a storm makes hundreds of devices a second on the
+//!   simulated host, docs/benchmarks.md), so ten minutes ahead covers a sizing look (every
+//!   five minutes) and the refill.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,18 @@ use super::reshape::PoolReshaper;
 pub const REFILL_SETTLE: Duration = Duration::from_secs(1);
 /// How often a layout with forecast entries is applied again.
 pub const SIZING_INTERVAL: Duration = Duration::from_secs(300);
+/// How far ahead a forecast pool looks: the next hour's forecast counts once the hour is
+/// this close. Pools are sized every [`SIZING_INTERVAL`] and a refill makes hundreds of
+/// spares a second (docs/benchmarks.md), so ten minutes covers a sizing look and the refill
+/// after it; looking a whole hour ahead held an hour of idle spares before every peak.
+pub const LOOK_AHEAD: Duration = Duration::from_secs(600);
+
+/// The forecast a pool is sized for at `now_s`: this hour's, and the next hour's once it is
+/// less than [`LOOK_AHEAD`] away (Unix hours, as the forecast's).
+pub fn looked_ahead(now_s: u64, this_hour: f64, next_hour: f64) -> (f64, f64) {
+    let next_is_near = now_s % 3600 + LOOK_AHEAD.as_secs() >= 3600;
+    (this_hour, if next_is_near { next_hour } else { 0.0 })
+}
 /// The file that names the active layout, below the state directory.
 const ACTIVE: &str = "active-layout";
 
@@ -98,10 +111,11 @@ pub fn sized(engine: &Engine, layout: &Layout, view: &HostView, now_s: u64) -> L
             d.count = match forecast {
                 Some(f) => {
                     let at = |i: usize| f.ahead.get(i).map_or(0.0, |(_, v)| *v);
+                    let (this, next) = looked_ahead(now_s, at(0), at(1));
                     pool.iter()
                         .enumerate()
                         .filter(|(_, (_, own))| *own)
-                        .map(|(rank, _)| wanted_spares(at(0), at(1), pool.len(), rank, min, max))
+                        .map(|(rank, _)| wanted_spares(this, next, pool.len(), rank, min, max))
                         .max()
                         .unwrap_or(min.min(max))
                 }
@@ -586,6 +600,28 @@ devices = [
             counts[0] >= counts[1] && counts[0] - counts[1] <= 1,
             "{counts:?}"
         );
+        // Early in the hour before, the next hour does not count yet; ten minutes before, it
+        // does.
+        let hour_before = now - 3600;
+        let early: u32 = super::sized(&e, &per_address, &view, hour_before + 600)
+            .gpus
+            .iter()
+            .map(|g| g.devices[0].count)
+            .sum();
+        let f8 = e.forecast_of(&id, hour_before, 2).expect("forecast");
+        assert_eq!(
+            early,
+            f8.ahead[0].1.max(0.0).ceil() as u32,
+            "only 8:00's forecast"
+        );
+        assert!(early < counts.iter().sum::<u32>(), "{early}");
+        let near: u32 = super::sized(&e, &per_address, &view, now - 600)
+            .gpus
+            .iter()
+            .map(|g| g.devices[0].count)
+            .sum();
+        assert_eq!(near, f8.ahead[0].1.max(f8.ahead[1].1).ceil() as u32);
+        assert!(near > early, "{near} {early}");
         // One entry for the model, on both GPUs: the most either is given.
         let by_model: Layout =
             toml::from_str(&entry(&format!("model = \"{}\"", gpus[0].model))).expect("layout");
