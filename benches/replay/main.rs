@@ -77,6 +77,8 @@ const MIG_SLOTS: usize = 14;
 /// The Unix hour of a Monday 00:00 (1970-01-05), so the forecast's hours of the week line
 /// up with the trace's.
 const MONDAY_HOUR: u64 = 96;
+/// vgpud's reclaim look in the replay (`--reclaim-interval-s`), in wall seconds.
+const RECLAIM_LOOK_S: &str = "1";
 /// How often (simulated hours) the spares are counted.
 const SAMPLE_H: f64 = 0.25;
 
@@ -274,18 +276,20 @@ fn spares_static(events: &[Event], from: u64, hours: u64) -> [u32; 3] {
     out
 }
 
-/// The class of each Quadro GPU, in address order, and its rank among the class's GPUs.
-fn quadro_classes() -> impl Iterator<Item = (&'static Class, usize)> {
-    CLASSES[..3]
-        .iter()
-        .zip(SPLIT)
-        .flat_map(|(c, n)| (0..n).map(move |rank| (c, rank)))
+/// The class (its index in [`CLASSES`]) of each Quadro GPU, in address order, and the GPU's
+/// rank among the class's GPUs.
+fn quadro_classes() -> impl Iterator<Item = (usize, usize)> {
+    SPLIT
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, n)| (0..n).map(move |rank| (i, rank)))
 }
 
 /// The layout of the Quadro GPUs (in address order) with `counts[g]` spares on GPU `g`.
 fn layout_text(quadro: &[String], counts: &[u32]) -> String {
     let mut s = String::from("description = \"replay bench pools\"\n");
-    for ((gpu, (c, _)), count) in quadro.iter().zip(quadro_classes()).zip(counts) {
+    for ((gpu, (i, _)), count) in quadro.iter().zip(quadro_classes()).zip(counts) {
+        let c = &CLASSES[i];
         let _ = write!(
             s,
             "\n[[gpu]]\naddress = \"{gpu}\"\ndevices = [{{ type = \"{}\", count = {count}, owner = \"pool-{}\" }}]\n",
@@ -343,8 +347,13 @@ impl Replay {
         ];
         if let Some((_, uri)) = &libvirt {
             args.extend(
-                ["--libvirt-uri", uri.as_str(), "--reclaim-interval-s", "1"]
-                    .map(std::ffi::OsStr::new),
+                [
+                    "--libvirt-uri",
+                    uri.as_str(),
+                    "--reclaim-interval-s",
+                    RECLAIM_LOOK_S,
+                ]
+                .map(std::ffi::OsStr::new),
             );
         }
         let (daemon, _) = start_daemon_args(
@@ -429,20 +438,16 @@ impl Replay {
         let sized = |at: u64| -> Vec<u32> {
             let h = (at / HOUR) as usize;
             quadro_classes()
-                .map(|(c, rank)| {
-                    let i = CLASSES.iter().position(|k| k.name == c.name).unwrap_or(0);
+                .map(|(i, rank)| {
                     self.forecast.get(h).map_or(0, |row| {
                         let (this, next) = looked_ahead(at, row[i].0, row[i].1);
-                        wanted_spares(this, next, SPLIT[i], rank, 0, c.max_per_gpu)
+                        wanted_spares(this, next, SPLIT[i], rank, 0, CLASSES[i].max_per_gpu)
                     })
                 })
                 .collect()
         };
         let uniform: Vec<u32> = quadro_classes()
-            .map(|(c, _)| {
-                let i = CLASSES.iter().position(|k| k.name == c.name).unwrap_or(0);
-                self.static_spares[i]
-            })
+            .map(|(i, _)| self.static_spares[i])
             .collect();
         match policy {
             Policy::Static => apply(uniform).await,
@@ -598,7 +603,7 @@ impl Replay {
             let pending = pending.clone();
             let storm = in_storm(e.time - self.from);
             let held = held.clone();
-            let domains = domains.map(|d| (d.tx.clone(), d.running.clone()));
+            let domains = domains.map(|d| d.tx.clone());
             pending.fetch_add(1, Ordering::SeqCst);
             tasks.push(tokio::spawn(async move {
                 let t = Instant::now();
@@ -651,7 +656,7 @@ impl Replay {
                     }
                 };
                 // The broker starts the session's VM, and destroys it when the session ends.
-                if let Some((tx, _)) = &domains {
+                if let Some(tx) = &domains {
                     if kind != Kind::Orphan {
                         let _ = tx.send((owner.clone(), true));
                     }
@@ -660,9 +665,7 @@ impl Replay {
                     return;
                 }
                 tokio::time::sleep_until(release).await;
-                if let Some((tx, running)) = &domains {
-                    // Not running from now on, for the reclaim's count.
-                    running.lock().expect("running").remove(&owner);
+                if let Some(tx) = &domains {
                     let _ = tx.send((owner.clone(), false));
                 }
                 if kind == Kind::Login {
@@ -689,7 +692,7 @@ impl Replay {
         }
         listener.abort();
         // The broker's devices not reclaimed hold their room to the end.
-        let look_s = HOUR as f64 / self.speed; // one reclaim look: 1 s of wall time
+        let look_s = per_s; // one reclaim look: RECLAIM_LOOK_S, 1 s of wall time
         for h in held.lock().expect("held").values() {
             let mut o = out.lock().expect("measured");
             o.broker_gpu_hours += h.share * (end_s - h.idle_from) / HOUR as f64;
@@ -822,12 +825,12 @@ fn main() {
         "- leases: {}\n",
         match lease {
             Some(l) => format!(
-                "{} s of wall time ({:.0} simulated minutes) on every device, reclaim looks every 1 s ({:.0} simulated minutes); the sessions' domains on a private libvirtd's test driver",
+                "{} s of wall time ({:.0} simulated minutes) on every device, reclaim looks every {RECLAIM_LOOK_S} s ({:.0} simulated minutes); the sessions' domains on a private libvirtd's test driver",
                 l.wall_s,
                 l.sim_h * 60.0,
                 60.0 / speed
             ),
-            None => format!("off ({})", lease_off_reason()),
+            None => format!("off ({})", lease_off_reason().unwrap_or_default()),
         }
     );
     out.push_str("| policy | requests | login wait p50 / p99 (ms) | storm logins from a spare | storm wait p50 / p99 (ms) | refused | from a spare | spares idle (GPU-h; share of device-hours) | orphans + forgotten (GPU-h) | re-shapes | forecast error |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -913,25 +916,25 @@ fn refill_settle_ms(speed: f64) -> u64 {
 }
 
 /// Why leases cannot run here, if they cannot: a private libvirtd runs only as root.
-fn lease_off_reason() -> String {
+fn lease_off_reason() -> Option<String> {
     if env_or("VGPUD_REPLAY_LEASE_MIN", 30.0) <= 0.0 {
-        return "VGPUD_REPLAY_LEASE_MIN=0".into();
+        return Some("VGPUD_REPLAY_LEASE_MIN=0".into());
     }
     if !nix::unistd::geteuid().is_root() {
-        return "a private libvirtd runs only as root".into();
+        return Some("a private libvirtd runs only as root".into());
     }
-    match Command::new("libvirtd").arg("--version").output() {
-        Ok(_) => String::new(),
-        Err(e) => format!("libvirtd cannot run: {e} (apt-get install libvirt-daemon)"),
-    }
+    Command::new("libvirtd")
+        .arg("--version")
+        .output()
+        .err()
+        .map(|e| format!("libvirtd cannot run: {e} (apt-get install libvirt-daemon)"))
 }
 
 /// The lease of `VGPUD_REPLAY_LEASE_MIN` simulated minutes at `speed` wall seconds per
 /// simulated hour, in whole wall seconds (at least 1); `None`, said loudly, when leases
 /// cannot run here.
 fn lease_setting(speed: f64) -> Option<Lease> {
-    let why = lease_off_reason();
-    if !why.is_empty() {
+    if let Some(why) = lease_off_reason() {
         eprintln!("replay: leases are off: {why}; orphans and forgotten devices stay to the end");
         return None;
     }

@@ -534,7 +534,7 @@ impl Engine {
                     }
                     DeviceKind::Mdev => {
                         addresses.contains(&d.parent.as_str())
-                            || self.physical_of(&d.parent).as_deref() == Some(address)
+                            || self.gpu_of_parent(&d.parent) == address
                     }
                 }
         }) {
@@ -611,13 +611,6 @@ impl Engine {
             .link_name(&sriov::pci_dir(&self.host, address).join("driver"))
             .ok()
             .flatten()
-    }
-
-    /// The physical function of a VF in the inventory (an mdev parent VF), else `None`.
-    pub(super) fn physical_of(&self, address: &str) -> Option<String> {
-        self.gpus()
-            .get(address)
-            .and_then(|e| e.gpu.physical_function.clone())
     }
 
     // ---- both -----------------------------------------------------------------------------

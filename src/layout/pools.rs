@@ -51,6 +51,7 @@ pub fn looked_ahead(now_s: u64, this_hour: f64, next_hour: f64) -> (f64, f64) {
     let next_is_near = now_s % 3600 + LOOK_AHEAD.as_secs() >= 3600;
     (this_hour, if next_is_near { next_hour } else { 0.0 })
 }
+
 /// The file that names the active layout, below the state directory.
 const ACTIVE: &str = "active-layout";
 
@@ -547,7 +548,7 @@ devices = [
     }
 
     #[test]
-    fn a_pools_forecast_is_spread_over_all_its_gpus_not_given_to_each_entry() {
+    fn a_pools_forecast_is_spread_over_its_gpus_and_looks_ten_minutes_ahead() {
         use crate::demand::record::Note;
         let dir = tempfile::tempdir().expect("tempdir");
         vgpud_sim::write_profile("nvidia-turing", dir.path()).expect("profile");

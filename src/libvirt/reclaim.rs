@@ -45,25 +45,21 @@ pub fn reclaim_expired(engine: &Engine, ops: &dyn LibvirtOps, now: u64) -> Recla
             continue;
         };
         // A guest that holds the device (under whatever name) and runs keeps it.
-        let read = match holdings.take() {
-            Some(h) => Ok(h),
-            None => Holdings::read(ops),
-        };
-        let held_by_running = match read {
-            Ok(h) => {
-                let running = h
-                    .of(&device)
-                    .into_iter()
-                    .find(|d| ops.domain_state(d).is_ok_and(|s| s.active));
-                holdings = Some(h);
-                running
+        if holdings.is_none() {
+            match Holdings::read(ops) {
+                Ok(h) => holdings = Some(h),
+                Err(e) => {
+                    tracing::warn!(uuid = %device.uuid, error = %e, "cannot tell which domains hold a leased device; it is kept");
+                    done.skipped += 1;
+                    continue;
+                }
             }
-            Err(e) => {
-                tracing::warn!(uuid = %device.uuid, error = %e, "cannot tell which domains hold a leased device; it is kept");
-                done.skipped += 1;
-                continue;
-            }
-        };
+        }
+        let held_by_running = holdings.as_ref().and_then(|h| {
+            h.of(&device)
+                .into_iter()
+                .find(|d| ops.domain_state(d).is_ok_and(|s| s.active))
+        });
         if let Some(domain) = held_by_running {
             engine.observe_lease(&device.uuid, true, now);
             tracing::info!(uuid = %device.uuid, %domain, "a leased device is kept: a running domain holds it");
