@@ -88,6 +88,16 @@ async fn a_spare_is_handed_out_at_once_never_twice_and_the_pool_is_filled_again(
         .collect();
     assert_eq!(task.len(), 1, "the forecast entry keeps its min: {task:?}");
 
+    // No refill has answered a hand-out yet: no lead time to size forecast pools by.
+    let lead = || async {
+        let (_, _, figures) = c
+            .forecast(TYPE, &Options::new())
+            .await
+            .expect("GetForecast");
+        figures.get("refill_lead_s").and_then(|v| v.as_f64())
+    };
+    assert_eq!(lead().await, None);
+
     // busctl, a client we did not write: the oldest spare, now vm-a's.
     let got = s
         .busctl_create(TYPE, &[("pool", POOL), ("owner", "vm-a")])
@@ -100,6 +110,28 @@ async fn a_spare_is_handed_out_at_once_never_twice_and_the_pool_is_filled_again(
 
     // The refill makes the pool whole again in the background, with new devices.
     let refilled = wait_spares(&c, 2, std::slice::from_ref(&got)).await;
+    // ... and times it: from the hand-out to the refill's end, at least its 1 s settle.
+    let mut timed = None;
+    for _ in 0..100 {
+        timed = lead().await;
+        if timed.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let timed = timed.expect("GetForecast's refill_lead_s after a refill");
+    assert!((1.0..30.0).contains(&timed), "refill lead {timed} s");
+    let out = std::process::Command::new(common::vgpuctl::bin())
+        .args(["--address", s.bus.address.as_str()])
+        .args(["demand", "--forecast", TYPE, "--hours", "1"])
+        .output()
+        .expect("vgpuctl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains("forecast pools keep the spares for a refill's lead of "),
+        "vgpuctl demand --forecast: {out:?}"
+    );
 
     // A storm of 6 through the pool (the GPU holds 12 2Q): each caller gets its own
     // device, the two spares among them.

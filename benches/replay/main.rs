@@ -18,7 +18,7 @@
 //! served from a spare, the devices reclaimed by leases, the re-shapes, and the forecast's
 //! error; the table goes to stdout and `target/bench/replay.md`, the forecast against the
 //! actual to `target/bench/replay-forecast.csv` and, when python3 has matplotlib,
-//! `forecast-week.png`.
+//! `forecast-week.png`; each policy's vgpud log to `target/bench/replay-POLICY.log`.
 //!
 //! Leases: run as root with libvirtd installed, each device is created with a lease
 //! (`VGPUD_REPLAY_LEASE_MIN` simulated minutes, default 30; 0: none) and its owner is a
@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use vgpud::demand::forecast::{accuracy, Forecaster};
-use vgpud::layout::pools::{looked_ahead, wanted_spares, LOOK_AHEAD};
+use vgpud::layout::pools::{looked_ahead, ranks, wanted_spares, SIZING_INTERVAL, SPARE_CONFIDENCE};
 use vgpud_client::{Client, ManagerProxy, Options};
 
 use daemon::{bench_host, ms, percentile, start_daemon_args};
@@ -118,6 +118,8 @@ struct Measured {
     warm: usize,
     storm_warm: usize,
     reshapes: usize,
+    /// The refill lead times vgpud reported when the elastic pools were sized (wall s).
+    leads_s: Vec<f64>,
     reclaim: Reclaims,
     wall_s: f64,
 }
@@ -271,9 +273,45 @@ fn spares_static(events: &[Event], from: u64, hours: u64) -> [u32; 3] {
             .into_iter()
             .fold(0.0, f64::max);
         // ⌈peak ÷ GPUs⌉ on each: the most any of the class's GPUs is given.
-        out[i] = wanted_spares(peak, 0.0, SPLIT[i], 0, 0, c.max_per_gpu);
+        out[i] = wanted_spares(peak, 0.0, None, SPLIT[i], 0, 0, c.max_per_gpu);
     }
     out
+}
+
+/// The elastic spares of each Quadro GPU (in address order) at simulated second `at`: each
+/// class's forecast (this hour's, and the next hour's once it is vgpud's look-ahead away)
+/// for a refill's `lead` (simulated; `None` before vgpud has timed one), spread over the
+/// class's GPUs with room first (`full[g]`: GPU `g` can take no more and keeps no spare),
+/// as vgpud sizes a forecast pool.
+fn sized(forecast: &[[(f64, f64); 4]], at: u64, lead: Option<Duration>, full: &[bool]) -> Vec<u32> {
+    let h = (at / HOUR) as usize;
+    let mut first = 0;
+    let mut out = Vec::new();
+    for (i, n) in SPLIT.into_iter().enumerate() {
+        let ranks = ranks(&full[first..first + n]);
+        first += n;
+        for rank in ranks {
+            out.push(forecast.get(h).map_or(0, |row| {
+                let (this, next) = looked_ahead(at, row[i].0, row[i].1);
+                wanted_spares(this, next, lead, n, rank, 0, CLASSES[i].max_per_gpu)
+            }));
+        }
+    }
+    out
+}
+
+/// Which Quadro GPUs (in address order) are full for their class's pool: they keep none of
+/// its spares and hold as many devices as they can.
+fn full_gpus(quadro: &[String], devices: &[vgpud_client::DeviceSummary]) -> Vec<bool> {
+    quadro
+        .iter()
+        .zip(quadro_classes())
+        .map(|(gpu, (i, _))| {
+            let on: Vec<_> = devices.iter().filter(|d| &d.gpu == gpu).collect();
+            let pool = format!("pool-{}", CLASSES[i].name);
+            !on.iter().any(|d| d.owner == pool) && on.len() >= CLASSES[i].max_per_gpu as usize
+        })
+        .collect()
 }
 
 /// The class (its index in [`CLASSES`]) of each Quadro GPU, in address order, and the GPU's
@@ -370,6 +408,10 @@ impl Replay {
         drop(daemon);
         drop(libvirt);
         let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let kept = target_dir().join(format!("bench/replay-{}.log", policy.name()));
+        if let Err(e) = std::fs::write(&kept, &text) {
+            eprintln!("{}: {e}", kept.display());
+        }
         m.reshapes = text
             .matches("re-shaped a GPU of spares toward a type that had no room")
             .count();
@@ -432,26 +474,12 @@ impl Replay {
                     .expect("ApplyLayout");
             }
         };
-        // Each class's forecast spread over its GPUs, as vgpud spreads a pool's.
-        // At simulated second `at`: this hour's forecast, and the next hour's once it is
-        // vgpud's look-ahead away.
-        let sized = |at: u64| -> Vec<u32> {
-            let h = (at / HOUR) as usize;
-            quadro_classes()
-                .map(|(i, rank)| {
-                    self.forecast.get(h).map_or(0, |row| {
-                        let (this, next) = looked_ahead(at, row[i].0, row[i].1);
-                        wanted_spares(this, next, SPLIT[i], rank, 0, CLASSES[i].max_per_gpu)
-                    })
-                })
-                .collect()
-        };
         let uniform: Vec<u32> = quadro_classes()
             .map(|(i, _)| self.static_spares[i])
             .collect();
         match policy {
             Policy::Static => apply(uniform).await,
-            Policy::Elastic => apply(sized(0)).await,
+            Policy::Elastic => apply(sized(&self.forecast, 0, None, &[false; 16])).await,
             Policy::Demand => {}
         }
         let mut managers = Vec::new();
@@ -500,27 +528,51 @@ impl Replay {
                 }
             })
         };
-        // The elastic pools sized at each simulated hour, and again when the next hour
-        // comes within vgpud's look-ahead (vgpud itself looks every five minutes; the
-        // count changes only at these two moments of an hour).
+        // The elastic pools sized as vgpud sizes a forecast pool: after each login (vgpud
+        // sizes at each refill, and a hand-out starts one) and every SIZING_INTERVAL of
+        // simulated time. The forecast of the hour (and of the next once it is LOOK_AHEAD
+        // away), for the refill's lead time vgpud measured (GetForecast's `refill_lead_s`,
+        // wall seconds) on the replay's clock, spread over each class's GPUs with room
+        // first (`ranks`, from the devices now).
+        let resize = Arc::new(tokio::sync::Notify::new());
         let sizer = (policy == Policy::Elastic).then(|| {
-            let ahead = LOOK_AHEAD.as_secs();
-            let times: Vec<u64> = (0..self.hours)
-                .flat_map(|h| [h * HOUR, (h + 1) * HOUR - ahead])
-                .skip(1)
-                .collect();
-            let plans: Vec<(Duration, String)> = times
-                .iter()
-                .map(|&at| (self.wall(at as f64), layout_text(&quadro, &sized(at))))
-                .collect();
-            let client = client.clone();
+            let (client, out, resize) = (client.clone(), out.clone(), resize.clone());
+            let (forecast, quadro, speed) = (self.forecast.clone(), quadro.clone(), self.speed);
+            let tick = self.wall(SIZING_INTERVAL.as_secs_f64());
+            let end = start + self.wall(end_s);
             let path = layouts.join("replay.toml");
             tokio::spawn(async move {
-                for (wall, t) in plans {
-                    tokio::time::sleep_until(start + wall).await;
-                    std::fs::write(&path, t).expect("layout");
+                let mut next = start + tick;
+                while tokio::time::Instant::now() < end {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(next) => next += tick,
+                        _ = resize.notified() => {}
+                    }
+                    let at = (start.elapsed().as_secs_f64() / speed * HOUR as f64) as u64;
+                    let lead = match client.forecast(CLASSES[0].type_name, &Options::new()).await {
+                        Ok((_, _, figures)) => {
+                            figures.get("refill_lead_s").and_then(|v| v.as_f64())
+                        }
+                        Err(e) => {
+                            eprintln!("at {at} s: GetForecast: {e}");
+                            None
+                        }
+                    };
+                    let lead = lead.map(|wall_s| {
+                        out.lock().expect("measured").leads_s.push(wall_s);
+                        Duration::from_secs_f64(wall_s * HOUR as f64 / speed)
+                    });
+                    let full = match client.list_devices().await {
+                        Ok(devices) => full_gpus(&quadro, &devices),
+                        Err(e) => {
+                            eprintln!("at {at} s: ListDevices: {e}");
+                            vec![false; quadro.len()]
+                        }
+                    };
+                    let text = layout_text(&quadro, &sized(&forecast, at, lead, &full));
+                    std::fs::write(&path, text).expect("layout");
                     if let Err(e) = client.apply_layout("replay", false).await {
-                        eprintln!("at {:.1} s: ApplyLayout: {e}", wall.as_secs_f64());
+                        eprintln!("at {at} s: ApplyLayout: {e}");
                     }
                 }
             })
@@ -604,11 +656,13 @@ impl Replay {
             let storm = in_storm(e.time - self.from);
             let held = held.clone();
             let domains = domains.map(|d| d.tx.clone());
+            let resize = resize.clone();
             pending.fetch_add(1, Ordering::SeqCst);
             tasks.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let r = m.create_device(&type_name, opts.to_opts()).await;
                 let wait = ms(t.elapsed());
+                resize.notify_one();
                 let uuid = {
                     let mut o = out.lock().expect("measured");
                     pending.fetch_sub(1, Ordering::SeqCst);
@@ -888,6 +942,23 @@ fn main() {
         share(h.refused as f64, h.requests as f64),
         h.broker_idle_gpu_hours,
     );
+    for (p, m) in rows.iter_mut().filter(|(_, m)| !m.leads_s.is_empty()) {
+        let n = m.leads_s.len();
+        let (p50, max) = (
+            percentile(&mut m.leads_s, 0.5),
+            percentile(&mut m.leads_s, 1.0),
+        );
+        let _ = writeln!(
+            out,
+            "\n{}: the refill's lead time vgpud measured (the longest of its last 16 refills, at {n} sizings): median {:.0} ms, most {:.0} ms of wall time ({:.0} / {:.0} simulated s); the pools kept the spares that cover a lead's logins with {:.1} % confidence.",
+            p.name(),
+            p50 * 1000.0,
+            max * 1000.0,
+            p50 * HOUR as f64 / speed,
+            max * HOUR as f64 / speed,
+            SPARE_CONFIDENCE * 100.0,
+        );
+    }
     if lease.is_some() {
         out.push_str("\n| policy | orphans reclaimed | forgotten reclaimed | reclaimed while their domain ran | login devices reclaimed | longest from the lease's start to the reclaim (simulated min) | due but not reclaimed at the end | domain errors |\n|---|---|---|---|---|---|---|---|\n");
         for (p, m) in &rows {

@@ -449,7 +449,8 @@ impl Manager {
     }
 
     /// A type's forecast of requests per hour: the last week (start, forecast, actual), the
-    /// hours ahead (start, forecast), the error. Option: hours.
+    /// hours ahead (start, forecast), the error and the refill's lead time the forecast
+    /// pools are sized for. Option: hours.
     #[zbus(out_args("last_week", "ahead", "error"))]
     async fn get_forecast(
         &self,
@@ -485,6 +486,12 @@ impl Manager {
             error.insert("hours".into(), OwnedVariant::from(a.hours as u32));
             if let Some(r) = a.relative {
                 error.insert("relative_error".into(), OwnedVariant::from(r));
+            }
+            if let Some(lead) = self.engine.hand_outs().lead() {
+                error.insert(
+                    "refill_lead_s".into(),
+                    OwnedVariant::from(lead.as_secs_f64()),
+                );
             }
             Ok((view.last_week, view.ahead, error))
         })

@@ -6,8 +6,9 @@
 //! which knows which devices are spares) to free a GPU that holds only spares of other
 //! types, then tries once more.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::lifecycle::VGPU_PARAMS;
 use super::request::CreateRequest;
@@ -46,30 +47,54 @@ fn is_gvtg(type_id: &str) -> bool {
     type_id.starts_with("i915-GVTg_")
 }
 
-/// Hand-outs since the refill last looked, and the signal that one happened.
+/// How many refills' lead times are kept ([`HandOuts::lead`]).
+const LEADS_KEPT: usize = 16;
+
+/// Hand-outs since the refill last looked, the signal that one happened, and how long the
+/// last refills took to answer them.
 #[derive(Debug, Default)]
 pub struct HandOuts {
-    count: Mutex<u64>,
+    /// When the first hand-out the refill has not taken yet came.
+    first: Mutex<Option<Instant>>,
     signal: Condvar,
+    leads: Mutex<VecDeque<Duration>>,
 }
 
 impl HandOuts {
     /// Counts a hand-out and wakes the refill.
     pub fn note(&self) {
-        *lock(&self.count) += 1;
+        lock(&self.first).get_or_insert_with(Instant::now);
         self.signal.notify_all();
     }
 
-    /// Waits up to `timeout` for a hand-out; whether any came since the last wait.
-    pub fn wait(&self, timeout: Duration) -> bool {
-        let count = lock(&self.count);
-        let (mut count, _) = self
+    /// Waits up to `timeout` for a hand-out; when the first came, if any came since the
+    /// last wait.
+    pub fn wait(&self, timeout: Duration) -> Option<Instant> {
+        let first = lock(&self.first);
+        let (mut first, _) = self
             .signal
-            .wait_timeout_while(count, timeout, |c| *c == 0)
+            .wait_timeout_while(first, timeout, |f| f.is_none())
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let any = *count > 0;
-        *count = 0;
-        any
+        first.take()
+    }
+
+    /// A refill that answered hand-outs ended; the first of them came at `first`. Its lead
+    /// time (from that hand-out, through the wait for hand-outs to pause, to the refill's
+    /// end) is kept.
+    pub fn refilled(&self, first: Instant) {
+        let lead = first.elapsed();
+        crate::metrics::counters().refill_lead(lead.as_secs_f64());
+        let mut leads = lock(&self.leads);
+        if leads.len() == LEADS_KEPT {
+            leads.pop_front();
+        }
+        leads.push_back(lead);
+    }
+
+    /// The longest lead time of the last refills (up to [`LEADS_KEPT`]): how long a pool
+    /// stays short after a hand-out. `None` until a refill has answered a hand-out.
+    pub fn lead(&self) -> Option<Duration> {
+        lock(&self.leads).iter().max().copied()
     }
 }
 
@@ -307,5 +332,41 @@ impl Engine {
         self.hand_outs.note();
         tracing::info!(uuid = %updated.uuid, pool, owner = %updated.owner, "spare handed out");
         Ok(Some(updated))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HandOuts;
+    use std::time::Duration;
+
+    #[test]
+    fn a_refills_lead_is_timed_from_the_first_hand_out_it_answers_and_the_longest_recent_counts() {
+        let h = HandOuts::default();
+        assert_eq!(h.lead(), None, "nothing timed yet");
+        assert!(h.wait(Duration::ZERO).is_none());
+        h.note();
+        std::thread::sleep(Duration::from_millis(200));
+        h.note();
+        let first = h.wait(Duration::ZERO).expect("handed out");
+        assert!(
+            first.elapsed() >= Duration::from_millis(200),
+            "timed from the first hand-out"
+        );
+        assert!(h.wait(Duration::ZERO).is_none(), "taken by the wait");
+        h.refilled(first);
+        let slow = h.lead().expect("timed");
+        assert!(slow >= Duration::from_millis(200), "{slow:?}");
+        // Fifteen quick refills later the slow one is still the longest of the last 16;
+        // one more and it has gone.
+        let quick = || {
+            h.note();
+            let f = h.wait(Duration::ZERO).expect("handed out");
+            h.refilled(f);
+        };
+        (0..15).for_each(|_| quick());
+        assert_eq!(h.lead(), Some(slow));
+        quick();
+        assert!(h.lead().expect("timed") < slow, "{:?}", h.lead());
     }
 }

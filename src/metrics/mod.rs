@@ -40,6 +40,7 @@ pub struct Counters {
     full_looks: Family<Labels, Counter>,
     uevents: Family<Labels, Counter>,
     pools: Family<Labels, Counter>,
+    refill_lead: Histogram,
 }
 
 static COUNTERS: OnceLock<Counters> = OnceLock::new();
@@ -55,6 +56,7 @@ pub fn counters() -> &'static Counters {
         full_looks: Family::default(),
         uevents: Family::default(),
         pools: Family::default(),
+        refill_lead: latency_histogram(),
     })
 }
 
@@ -113,6 +115,11 @@ impl Counters {
         self.pools
             .get_or_create(&vec![("what", what.to_string())])
             .inc();
+    }
+
+    /// A refill that answered hand-outs ended, `seconds` after the first of them.
+    pub fn refill_lead(&self, seconds: f64) {
+        self.refill_lead.observe(seconds);
     }
 
     /// A kernel uevent applied.
@@ -222,6 +229,11 @@ pub fn render_counters() -> String {
         "pool_work",
         "Elastic pools' work, by what (refill: the active layout applied again; reshape: a GPU of spares emptied for a type with no room, refused or forecast; return: a released device reset and kept as a spare)",
         c.pools.clone(),
+    );
+    r.register(
+        "pool_refill_lead_seconds",
+        "Time from a spare's hand-out to the end of the refill that replaced it (the wait for hand-outs to pause, and the refill): forecast pools keep the spares that cover this long a wait",
+        c.refill_lead.clone(),
     );
     encode(&r)
 }

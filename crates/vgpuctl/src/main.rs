@@ -315,7 +315,10 @@ async fn forecast_of(client: &Client, ty: &str, hours: u64, j: bool) -> Result<S
         ),
         _ => "last week: no requests to compare the forecast with\n".to_string(),
     };
-    Ok(t.render() + &summary)
+    let lead = figure("refill_lead_s").map_or(String::new(), |s| {
+        format!("forecast pools keep the spares for a refill's lead of {s:.1} s\n")
+    });
+    Ok(t.render() + &summary + &lead)
 }
 
 fn json<T: Serialize + ?Sized>(value: &T) -> Result<String> {
