@@ -279,13 +279,25 @@ fn libvirt_says_which_domain_holds_a_device() {
     std::fs::write(
         &node,
         format!(
-            "<node>{}{}</node>",
+            "<node>{}{}{}</node>",
             domain("holder", 1, &hostdev),
-            domain("other", 2, "")
+            domain("other", 2, ""),
+            // Defined, shut off (the test driver's own run state, 5: VIR_DOMAIN_SHUTOFF).
+            domain("stopped", 3, "").replace(
+                "<domain type='test'>",
+                "<domain type='test' xmlns:test='http://libvirt.org/schemas/domain/test/1.0'><test:runstate>5</test:runstate>"
+            )
         ),
     )
     .expect("node file");
     let libvirt = VirtConnection::new(&format!("test://{}", node.display()));
+    // The domains that run, in one call (the reclaim's look): not the one shut off.
+    let running = vgpud::libvirt::LibvirtOps::active_domains(&libvirt).expect("list");
+    assert_eq!(
+        running,
+        ["holder", "other"].map(String::from).into_iter().collect(),
+        "{running:?}"
+    );
     let err = attach(&engine, &libvirt, &held, "other", AttachOptions::default())
         .expect_err("held by domain holder");
     match &err {

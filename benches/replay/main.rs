@@ -139,6 +139,8 @@ struct Reclaims {
     /// Orphans and forgotten devices still there at the end that were due by then.
     overdue: usize,
     domain_errors: usize,
+    /// The longest reclaim look of vgpud's that reclaimed a device (its `look_ms`), wall ms.
+    longest_look_ms: f64,
 }
 
 /// Leases in the replay: the lease each device gets, in wall seconds and simulated hours.
@@ -422,6 +424,13 @@ impl Replay {
             .filter_map(|rest| rest.split_whitespace().next())
             .collect();
         m.warm = handed_out.len();
+        m.reclaim.longest_look_ms = text
+            .lines()
+            .filter(|l| l.contains("reclaimed a device"))
+            .filter_map(|l| l.split("look_ms=").nth(1))
+            .filter_map(|rest| rest.trim_start_matches('"').split(['"', ' ']).next())
+            .filter_map(|v| v.parse::<f64>().ok())
+            .fold(0.0, f64::max);
         m.storm_warm = m
             .storm_uuids
             .iter()
@@ -960,18 +969,25 @@ fn main() {
         );
     }
     if lease.is_some() {
-        out.push_str("\n| policy | orphans reclaimed | forgotten reclaimed | reclaimed while their domain ran | login devices reclaimed | longest from the lease's start to the reclaim (simulated min) | due but not reclaimed at the end | domain errors |\n|---|---|---|---|---|---|---|---|\n");
+        let look_min = |ms: f64| ms / 1000.0 * HOUR as f64 / speed / 60.0;
+        let _ = write!(
+            out,
+            "\nA reclaim comes up to the lease, one look's interval ({:.0} simulated min) and the look's own time after its lease's start.\n\n| policy | orphans reclaimed | forgotten reclaimed | reclaimed while their domain ran | login devices reclaimed | longest from the lease's start to the reclaim (simulated min) | the longest look that reclaimed (wall ms; simulated min) | due but not reclaimed at the end | domain errors |\n|---|---|---|---|---|---|---|---|---|\n",
+            look_min(1000.0 * RECLAIM_LOOK_S.parse::<f64>().unwrap_or(1.0)),
+        );
         for (p, m) in &rows {
             let r = &m.reclaim;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {:.0} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.0} | {:.0}; {:.1} | {} | {} |",
                 p.name(),
                 r.orphans,
                 r.forgotten,
                 r.of_running,
                 r.logins,
                 r.longest_s / 60.0,
+                r.longest_look_ms,
+                look_min(r.longest_look_ms),
                 r.overdue,
                 r.domain_errors,
             );

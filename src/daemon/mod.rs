@@ -413,14 +413,18 @@ async fn reclaim_leases(
         }
         let (e, l) = (engine.clone(), libvirt.clone());
         let now = crate::persist::now_unix();
+        let started = std::time::Instant::now();
         match tokio::task::spawn_blocking(move || {
             crate::libvirt::reclaim::reclaim_expired(&e, l.as_ref(), now)
         })
         .await
         {
             Ok(done) => {
+                // The look's own time: a reclaim comes up to one interval and this after
+                // its lease ran out.
+                let look_ms = started.elapsed().as_secs_f64() * 1000.0;
                 for (uuid, reason) in done.devices {
-                    tracing::info!(%uuid, "reclaimed a device: {reason}");
+                    tracing::info!(%uuid, look_ms = format!("{look_ms:.1}"), "reclaimed a device: {reason}");
                 }
             }
             Err(e) => tracing::error!(error = %e, "the lease task failed"),

@@ -96,6 +96,9 @@ pub trait LibvirtOps: Send + Sync {
     fn domains(&self) -> Result<Vec<DomainXml>, LibvirtError>;
     /// The state of a domain.
     fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError>;
+    /// The names of the domains that run, in one call (`virConnectListAllDomains` with
+    /// `VIR_CONNECT_LIST_DOMAINS_ACTIVE`).
+    fn active_domains(&self) -> Result<std::collections::HashSet<String>, LibvirtError>;
     /// Attaches a device, given as XML (`virDomainAttachDeviceFlags`).
     fn attach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError>;
     /// Detaches a device, given as XML (`virDomainDetachDeviceFlags`).
@@ -220,6 +223,19 @@ impl LibvirtOps for VirtConnection {
             })
         })?
         .map_err(|e| classify(domain, "look up", &e))
+    }
+
+    fn active_domains(&self) -> Result<std::collections::HashSet<String>, LibvirtError> {
+        self.with(|c| {
+            let active = c.list_all_domains(virt::sys::VIR_CONNECT_LIST_DOMAINS_ACTIVE)?;
+            // A domain's name comes with the list; one that cannot be named is left out.
+            Ok(active.iter().filter_map(|d| d.name().ok()).collect())
+        })?
+        .map_err(|e| LibvirtError::Refused {
+            action: "list the running",
+            domain: "*".into(),
+            message: e.message().to_string(),
+        })
     }
 
     fn attach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError> {

@@ -30,6 +30,8 @@ pub struct FakeLibvirt {
     refuse: Mutex<Option<String>>,
     /// How many times every domain's XML was asked for.
     listed: std::sync::atomic::AtomicUsize,
+    /// How many times one domain's state was asked for.
+    looked_up: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeLibvirt {
@@ -50,6 +52,23 @@ impl FakeLibvirt {
     /// How many times every domain's XML was asked for (`domains`).
     pub fn listings(&self) -> usize {
         self.listed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many times one domain's state was asked for (`domain_state`).
+    pub fn state_lookups(&self) -> usize {
+        self.looked_up.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Starts or stops a domain.
+    pub fn set_active(&self, name: &str, active: bool) {
+        if let Some(s) = self
+            .domains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(name)
+        {
+            s.active = active;
+        }
     }
 
     /// The calls made so far.
@@ -125,6 +144,8 @@ impl LibvirtOps for FakeLibvirt {
     }
 
     fn domain_state(&self, domain: &str) -> Result<DomainState, LibvirtError> {
+        self.looked_up
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.domains
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -134,6 +155,17 @@ impl LibvirtOps for FakeLibvirt {
                 domain: domain.to_string(),
                 message: format!("Domain not found: no domain with matching name '{domain}'"),
             })
+    }
+
+    fn active_domains(&self) -> Result<std::collections::HashSet<String>, LibvirtError> {
+        Ok(self
+            .domains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, s)| s.active)
+            .map(|(name, _)| name.clone())
+            .collect())
     }
 
     fn attach(&self, domain: &str, xml: &str, impact: Impact) -> Result<(), LibvirtError> {
