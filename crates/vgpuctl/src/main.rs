@@ -265,7 +265,8 @@ async fn demand(client: &Client, ty: &str, hours: u64, step_min: u64, j: bool) -
     Ok(t.render())
 }
 
-/// `vgpuctl demand --forecast TYPE`: the hours ahead, and the last week's error.
+/// `vgpuctl demand --forecast TYPE`: the hours ahead, the last week's error and the refill's
+/// lead time (once measured).
 async fn forecast_of(client: &Client, ty: &str, hours: u64, j: bool) -> Result<String> {
     let options = Options::new().u32("hours", u32::try_from(hours).unwrap_or(u32::MAX));
     let (week, ahead, error) = client.forecast(ty, &options).await?;
