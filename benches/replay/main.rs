@@ -6,9 +6,10 @@
 //! 1. `static`: a hand-sized layout: each Quadro GPU given to one class, keeping a fixed
 //!    number of spares, sized once for the busiest hour of the history;
 //! 2. `demand`: no layout, every login a `CreateDevice` made then (vgpud today without pools);
-//! 3. `elastic`: the same GPUs' pools sized every simulated hour from the forecast, with
-//!    vgpud's own model (`vgpud::demand::forecast`) and sizing rule
-//!    (`vgpud::layout::pools::wanted_spares`) run on the trace's hours;
+//! 3. `elastic`: the same GPUs' pools sized after each login and every 5 simulated minutes
+//!    from the forecast, with vgpud's own model (`vgpud::demand::forecast`, run on the
+//!    trace's hours), sizing rule (`vgpud::layout::pools::wanted_spares`, `ranks`) and
+//!    measured refill lead time (`GetForecast`'s `refill_lead_s`);
 //! 4. `hindsight`: knows every login in advance (offline; no daemon).
 //!
 //! It reports per policy the login wait p50/p99 (a `CreateDevice` call's wall time), over

@@ -751,6 +751,20 @@ impl Engine {
             .collect()
     }
 
+    /// Whether the physical GPU `gpu` can take one more device of `type_query` now, by its
+    /// types as known (an SR-IOV GPU's count its VFs'): what [`Engine::capacity`] answers
+    /// for one GPU, without ranking the candidates.
+    pub fn has_room_for(&self, gpu: &str, type_query: &str) -> bool {
+        if type_query.eq_ignore_ascii_case(crate::model::PASSTHROUGH_TYPE) {
+            return self.can_pass_through_now(gpu);
+        }
+        self.types_now(gpu).is_ok_and(|types| {
+            types
+                .iter()
+                .any(|t| t.matches(type_query) && t.available_instances > 0)
+        })
+    }
+
     /// The mdev parent of a GPU that can take one more of a type now: the GPU itself, or the
     /// first of its VFs with room. `None` when none has room.
     pub(super) fn free_mdev_parent(

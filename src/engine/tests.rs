@@ -1387,3 +1387,28 @@ fn an_event_reads_its_own_gpu_again_and_leaves_what_a_whole_scan_would() {
     e.rescan_gpu_of(&mtty).expect("mtty's event");
     as_a_whole_scan(&e, "mtty's event");
 }
+
+/// A GPU's room for a type, as a forecast pool ranks its GPUs by it: through its VFs on an
+/// SR-IOV GPU, none once they are full, none on a GPU that is not there.
+#[test]
+fn a_gpu_has_room_for_a_type_through_its_vfs_until_they_are_full() {
+    let (_d, e) = engine(&["nvidia-l40s"]);
+    let pf = nvidia_gpus(&e)[0].clone();
+    assert!(!e.has_room_for(&pf, "L40S-4Q"), "no VF, no room");
+    e.set_vf_count(&pf, 32, false).expect("VFs");
+    assert!(e.has_room_for(&pf, "L40S-4Q"), "its VFs offer it");
+    let on_pf = |i: usize| CreateRequest {
+        type_query: "L40S-4Q".into(),
+        parent: Some(pf.clone()),
+        owner: format!("vm-{i}"),
+        ..CreateRequest::default()
+    };
+    let mut made = 0;
+    while e.create_device(&on_pf(made)).is_ok() {
+        made += 1;
+        assert!(made <= 64, "the GPU never filled");
+    }
+    assert!(made > 0);
+    assert!(!e.has_room_for(&pf, "L40S-4Q"), "full after {made}");
+    assert!(!e.has_room_for("0000:ff:00.0", "L40S-4Q"), "no such GPU");
+}

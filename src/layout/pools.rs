@@ -229,13 +229,6 @@ fn pool_gpus(
         .collect();
     gpus.sort_by(|a, b| view.gpus[*a].address.cmp(&view.gpus[*b].address));
     gpus.dedup();
-    // The functions that offer types, each with its physical GPU (an SR-IOV GPU's are VFs).
-    let functions: Vec<(String, String)> = engine
-        .list_gpus()
-        .into_iter()
-        .filter(|f| !f.types.is_empty())
-        .map(|f| (engine.gpu_of_parent(&f.address), f.address))
-        .collect();
     let full: Vec<bool> = gpus
         .iter()
         .map(|&g| {
@@ -244,20 +237,7 @@ fn pool_gpus(
                 .devices
                 .iter()
                 .any(|s| s.active && s.owner == owner && plan::type_matches(type_query, s));
-            let room = || {
-                functions
-                    .iter()
-                    .filter(|(physical, _)| *physical == gpu.address)
-                    .any(|(_, function)| {
-                        let req = crate::engine::CreateRequest {
-                            type_query: type_query.into(),
-                            parent: Some(function.clone()),
-                            ..Default::default()
-                        };
-                        engine.capacity(&req).is_ok_and(|n| n > 0)
-                    })
-            };
-            !keeps && !room()
+            !keeps && !engine.has_room_for(&gpu.address, type_query)
         })
         .collect();
     gpus.into_iter().zip(ranks(&full)).collect()
