@@ -16,11 +16,13 @@
 //! and once per binary, on a host of its own: ten storms of 384 concurrent persistent
 //! creates of RTX8000-2Q (each removed again): the first storm's creates/s, the tenth's over
 //! the first's, and vgpud's CPU per create (process CPU during the storm ÷ creates; the
-//! simulated kernel runs in vgpud's process and is included), and of that the simulated
-//! kernel's and NVML's shares as vgpud counts them (`vgpud_simulated_kernel_cpu_seconds_total`
-//! and `vgpud_nvml_cpu_seconds_total` from its metrics endpoint, read before and after each
-//! storm; the read after includes one rendering of the host's metrics), the rest being
-//! vgpud's own.
+//! simulated kernel runs in vgpud's process and is included), and of that the parts vgpud
+//! counts apart with each thread's CPU clock (`vgpud_PART_cpu_seconds_total` from its metrics
+//! endpoint, read before and after each storm; the read after includes one rendering of the
+//! host's metrics): the simulated kernel's and NVML's, the rest being vgpud's own, and of
+//! that persistence (the journal, definitions and records), the engine's own work in the
+//! calls, applying uevents, and what no part counts (the bus, the async runtime, publishing
+//! signals).
 //!
 //! Run: `cargo bench --bench idle`. `VGPUD_BENCH_BEFORE=<a vgpud binary>` (and
 //! `VGPUD_BENCH_BEFORE_CTL=<its vgpuctl>`; without it this build's vgpuctl serves both) are
@@ -78,9 +80,19 @@ struct Running {
     metrics: std::net::SocketAddr,
 }
 
-/// The CPU seconds vgpud counted in the simulated kernel and in NVML, from its metrics;
-/// `None` from a vgpud that does not count them.
-fn cpu_apart(metrics: std::net::SocketAddr) -> Option<(f64, f64)> {
+/// The parts of its CPU time vgpud counts apart (`vgpud_PART_cpu_seconds_total`), in the
+/// order of the storm table's columns.
+const PARTS: [&str; 5] = [
+    "simulated_kernel",
+    "nvml",
+    "persistence",
+    "engine_call",
+    "uevent",
+];
+
+/// The CPU seconds vgpud counted in each of [`PARTS`], from its metrics (`None` for a part
+/// the vgpud does not count); `None` when the metrics cannot be read.
+fn cpu_apart(metrics: std::net::SocketAddr) -> Option<Vec<Option<f64>>> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(metrics).ok()?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
@@ -98,10 +110,12 @@ fn cpu_apart(metrics: std::net::SocketAddr) -> Option<(f64, f64)> {
                 .ok()
         })
     };
-    Some((
-        value("vgpud_simulated_kernel_cpu_seconds_total")?,
-        value("vgpud_nvml_cpu_seconds_total")?,
-    ))
+    Some(
+        PARTS
+            .iter()
+            .map(|part| value(&format!("vgpud_{part}_cpu_seconds_total")))
+            .collect(),
+    )
 }
 
 impl Binaries {
@@ -155,10 +169,8 @@ struct Row {
 struct Storms {
     rates: Vec<f64>,
     cpu_ms_per_create: Vec<f64>,
-    /// Of that, ms in the simulated kernel and in NVML (empty: the binary does not count
-    /// them).
-    kernel_ms_per_create: Vec<f64>,
-    nvml_ms_per_create: Vec<f64>,
+    /// Of that, ms in each of [`PARTS`], per storm (empty: the binary does not count it).
+    parts_ms_per_create: [Vec<f64>; PARTS.len()],
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -420,8 +432,7 @@ fn measure_storms(rt: &tokio::runtime::Runtime, bins: &Binaries, rounds: usize) 
         let mut storms = Storms {
             rates: Vec::new(),
             cpu_ms_per_create: Vec::new(),
-            kernel_ms_per_create: Vec::new(),
-            nvml_ms_per_create: Vec::new(),
+            parts_ms_per_create: Default::default(),
         };
         for _ in 0..rounds {
             let apart0 = cpu_apart(r.metrics);
@@ -432,8 +443,11 @@ fn measure_storms(rt: &tokio::runtime::Runtime, bins: &Binaries, rounds: usize) 
             storms.rates.push(n / (wall / 1000.0));
             storms.cpu_ms_per_create.push(cpu / n);
             if let (Some(a), Some(b)) = (apart0, cpu_apart(r.metrics)) {
-                storms.kernel_ms_per_create.push((b.0 - a.0) * 1000.0 / n);
-                storms.nvml_ms_per_create.push((b.1 - a.1) * 1000.0 / n);
+                for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+                    if let (Some(a), Some(b)) = (a, b) {
+                        storms.parts_ms_per_create[i].push((b - a) * 1000.0 / n);
+                    }
+                }
             }
             each_device(&managers, &made, false).await;
         }
@@ -533,7 +547,7 @@ fn main() {
         }
     }
     out.push_str(&format!(
-        "\n| vgpud | storm of {STORM} persistent creates (creates/s, first) | storm {rounds} ÷ storm 1 | vgpud's process CPU per create (ms, median of {rounds}) | of which the simulated kernel | of which NVML | vgpud's own |\n|---|---|---|---|---|---|---|\n"
+        "\n| vgpud | storm of {STORM} persistent creates (creates/s, first) | storm {rounds} ÷ storm 1 | vgpud's process CPU per create (ms, median of {rounds}) | of which the simulated kernel | of which NVML | vgpud's own | own: persistence | own: engine | own: uevents | own: the bus, the runtime, publishing |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     ));
     for b in &all {
         eprintln!("{}: {rounds} storms…", b.label);
@@ -541,15 +555,24 @@ fn main() {
         let first = s.rates[0];
         let last = s.rates[s.rates.len() - 1];
         let total = median(&mut s.cpu_ms_per_create);
-        let apart = if s.kernel_ms_per_create.is_empty() {
-            "not counted | not counted | -".to_string()
-        } else {
-            let (k, n) = (
-                median(&mut s.kernel_ms_per_create),
-                median(&mut s.nvml_ms_per_create),
-            );
-            format!("{k:.3} | {n:.3} | {:.3}", total - k - n)
+        // Each part's median over the storms; the rest is the process's less every part.
+        let parts: Vec<Option<f64>> = s
+            .parts_ms_per_create
+            .iter_mut()
+            .map(|v| (!v.is_empty()).then(|| median(v)))
+            .collect();
+        let cell = |v: Option<f64>| v.map_or("not counted".to_string(), |v| format!("{v:.3}"));
+        let own = match (parts[0], parts[1]) {
+            (Some(k), Some(n)) => Some(total - k - n),
+            _ => None,
         };
+        let rest = match (own, parts[2], parts[3], parts[4]) {
+            (Some(own), Some(p), Some(e), Some(u)) => Some(own - p - e - u),
+            _ => None,
+        };
+        let apart = [parts[0], parts[1], own, parts[2], parts[3], parts[4], rest]
+            .map(cell)
+            .join(" | ");
         out.push_str(&format!(
             "| {} | {first:.0} | {:.2} | {total:.3} | {apart} |\n",
             b.label,

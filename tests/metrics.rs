@@ -201,6 +201,33 @@ async fn metrics_count_calls_devices_capacity_and_telemetry_and_parse_as_prometh
         ) > 0.0
     );
 
+    // Where the process's CPU went, by part: each part counted once (a part inside another
+    // is left out of the outer one), so together they are at most the process's time. On a
+    // simulated host every sysfs write is the simulator's, none the kernel's.
+    let part = |p: &str| sample(&m, &format!("vgpud_{p}_cpu_seconds_total{{}}"));
+    let parts = [
+        "simulated_kernel",
+        "nvml",
+        "kernel_write",
+        "persistence",
+        "engine_call",
+        "uevent",
+    ]
+    .map(part);
+    for (name, v) in [
+        ("simulated kernel", parts[0]),
+        ("persistence", parts[3]),
+        ("engine calls", parts[4]),
+    ] {
+        assert!(v > 0.0, "no CPU counted for {name}: {parts:?}");
+    }
+    assert_eq!(parts[2], 0.0, "a simulated host's write counted as the kernel's");
+    let process = sample(&m, "vgpud_process_cpu_seconds_total{}");
+    assert!(
+        parts.iter().sum::<f64>() <= process,
+        "the parts {parts:?} add up to more than the process's {process} s"
+    );
+
     // The textfile, for node_exporter, holds the same families.
     let deadline = Instant::now() + Duration::from_secs(20);
     let text = loop {

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use crate::engine::Engine;
 use crate::host::uevent::{self, Uevent, MAX_MESSAGE};
 use crate::host::Host;
+use crate::metrics::cpu::{measure, Part::Uevents};
 
 /// What the reader thread hands over.
 enum Message {
@@ -300,18 +301,20 @@ async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
     }
     let e = engine.clone();
     let applied = tokio::task::spawn_blocking(move || {
-        let mut rest = Vec::new();
-        e.events().batch(|| {
-            let mut events = events.into_iter();
-            for ev in events.by_ref() {
-                if !apply(&e, &ev) {
-                    rest.push(ev);
-                    break;
+        measure(Uevents, || {
+            let mut rest = Vec::new();
+            e.events().batch(|| {
+                let mut events = events.into_iter();
+                for ev in events.by_ref() {
+                    if !apply(&e, &ev) {
+                        rest.push(ev);
+                        break;
+                    }
                 }
-            }
-            rest.extend(events);
-        });
-        rest
+                rest.extend(events);
+            });
+            rest
+        })
     })
     .await;
     applied.unwrap_or_else(|e| {
@@ -323,7 +326,7 @@ async fn apply_batch(engine: &Arc<Engine>, events: Vec<Uevent>) -> Vec<Uevent> {
 /// [`Engine::warm_types`] off the runtime's threads.
 async fn engine_warm(engine: &Arc<Engine>) {
     let e = engine.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || e.warm_types()).await {
+    if let Err(e) = tokio::task::spawn_blocking(move || measure(Uevents, || e.warm_types())).await {
         tracing::error!(error = %e, "the uevent task failed");
     }
 }

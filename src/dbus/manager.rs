@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use crate::metrics::cpu::{measure, Part::EngineCalls};
+
 use std::collections::HashMap;
 
 use zbus::message::Header;
@@ -48,7 +50,7 @@ pub(super) async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| Error::Failed(format!("internal: {e}")))?;
     place.run();
-    match tokio::task::spawn_blocking(f).await {
+    match tokio::task::spawn_blocking(move || measure(EngineCalls, f)).await {
         Ok(r) => r.map_err(Error::from),
         Err(e) => Err(Error::Failed(format!("internal task failed: {e}"))),
     }
@@ -145,8 +147,10 @@ impl Manager {
         let audit = cause.clone();
         let device = uuid.clone();
         let task = tokio::task::spawn_blocking(move || {
-            with_cause(cause, || {
-                crate::libvirt::change(&engine, &*libvirt, &uuid, &domain, opts, change)
+            measure(EngineCalls, || {
+                with_cause(cause, || {
+                    crate::libvirt::change(&engine, &*libvirt, &uuid, &domain, opts, change)
+                })
             })
         });
         let result = match task.await {

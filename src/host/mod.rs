@@ -14,6 +14,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::metrics::cpu::{measure, Part::KernelWrites};
+
 /// The seam between vgpud and a simulated host: what the kernel and the drivers do there,
 /// each call given the host's root. Implemented for the `vgpud-sim` crate's simulator, which
 /// knows nothing of vgpud (so the trait lives here, its types are the standard library's and
@@ -284,7 +286,7 @@ impl Host {
             Some(sim) if path.starts_with(self.root.join("sys")) => {
                 sim.write(&self.root, path, value)
             }
-            _ => write_kernel(path, value),
+            _ => measure(KernelWrites, || write_kernel(path, value)),
         };
         result.map_err(|source| HostError::Write {
             path: path.to_path_buf(),

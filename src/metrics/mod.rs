@@ -226,6 +226,33 @@ pub fn render_counters() -> String {
         cpu(cpu::Part::Nvml),
     );
     r.register(
+        "kernel_write_cpu_seconds",
+        "CPU time of vgpud's writes to sysfs on a real host: the kernel's own work in them (a create runs the mdev driver's callback in the writing thread)",
+        cpu(cpu::Part::KernelWrites),
+    );
+    r.register(
+        "persistence_cpu_seconds",
+        "CPU time vgpud's process spent in its state's journal, intents, definitions and records",
+        cpu(cpu::Part::Persistence),
+    );
+    r.register(
+        "engine_call_cpu_seconds",
+        "CPU time of the engine's work in calls from the bus, less the kernel's, NVML's and persistence's counted apart",
+        cpu(cpu::Part::EngineCalls),
+    );
+    r.register(
+        "uevent_cpu_seconds",
+        "CPU time vgpud's process spent applying the kernel's uevents, less the parts counted apart",
+        cpu(cpu::Part::Uevents),
+    );
+    let process: Counter<f64, AtomicU64> = Counter::default();
+    process.inc_by(cpu::process_seconds());
+    r.register(
+        "process_cpu_seconds",
+        "CPU time of vgpud's whole process (all threads, user and system); less the parts above, the bus, the async runtime and publishing",
+        process,
+    );
+    r.register(
         "pool_work",
         "Elastic pools' work, by what (refill: the active layout applied again; reshape: a GPU of spares emptied for a type with no room, refused or forecast; return: a released device reset and kept as a spare)",
         c.pools.clone(),

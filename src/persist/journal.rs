@@ -49,6 +49,7 @@ use super::intent::Intent;
 use super::storage::{Disk, Storage};
 use super::{io_err, FileWrite, PersistError, PersistResult};
 use crate::host::Host;
+use crate::metrics::cpu::{measure, Part::Persistence};
 
 /// The largest journal vgpud reads at start: far above what checkpoints let it grow to.
 pub const MAX_JOURNAL_BYTES: u64 = 64 << 20;
@@ -405,15 +406,21 @@ impl Journal {
     /// Records an intent (opened or updated). Written before the host changes, not synced
     /// (see the module's documentation).
     pub fn open_intent(&self, intent: &Intent) -> PersistResult<()> {
-        let line = encode(&Entry::Intent(intent.clone()));
-        let mut inner = lock(&self.inner);
-        self.append(&mut inner, &line)?;
-        inner.open.insert(intent.uuid.clone(), line);
-        Ok(())
+        measure(Persistence, || {
+            let line = encode(&Entry::Intent(intent.clone()));
+            let mut inner = lock(&self.inner);
+            self.append(&mut inner, &line)?;
+            inner.open.insert(intent.uuid.clone(), line);
+            Ok(())
+        })
     }
 
     /// Closes the intent of a UUID.
     pub fn close_intent(&self, uuid: &str) -> PersistResult<()> {
+        measure(Persistence, || self.close_intent_measured(uuid))
+    }
+
+    fn close_intent_measured(&self, uuid: &str) -> PersistResult<()> {
         let mut inner = lock(&self.inner);
         if inner.open.remove(uuid).is_none() {
             return Ok(());
@@ -450,6 +457,10 @@ impl Journal {
     /// synced (with those of concurrent callers) before the files change, and the files are
     /// made durable by a later checkpoint.
     pub fn commit(&self, write: &[FileWrite], remove: &[PathBuf]) -> PersistResult<()> {
+        measure(Persistence, || self.commit_measured(write, remove))
+    }
+
+    fn commit_measured(&self, write: &[FileWrite], remove: &[PathBuf]) -> PersistResult<()> {
         let mut written = Vec::with_capacity(write.len());
         let mut files = Vec::with_capacity(write.len());
         for w in write {
@@ -591,6 +602,10 @@ impl Journal {
     /// one, makes the files durable and shortens the journal. Waits for the leader of a
     /// commit in flight, and leaves the journal to it when commits are waiting.
     pub fn checkpoint_if_dirty(&self) -> PersistResult<()> {
+        measure(Persistence, || self.checkpoint_if_dirty_measured())
+    }
+
+    fn checkpoint_if_dirty_measured(&self) -> PersistResult<()> {
         let mut inner = lock(&self.inner);
         while inner.leading {
             inner = self
