@@ -166,6 +166,8 @@ struct World {
     daemon: Option<Child>,
     starts: u32,
     conn: Option<zbus::Connection>,
+    /// Where vgpud serves its metrics (`--metrics-listen`), when a section asks for them.
+    metrics: Option<String>,
 }
 
 impl World {
@@ -213,6 +215,7 @@ impl World {
             daemon: None,
             starts: 0,
             conn: None,
+            metrics: None,
         }
     }
 
@@ -240,6 +243,9 @@ impl World {
             .stderr(log);
         if self.args.mode == Mode::Sim {
             cmd.arg("--simulate");
+        }
+        if let Some(addr) = &self.metrics {
+            cmd.args(["--metrics-listen", addr]);
         }
         let t0 = Instant::now();
         self.daemon = Some(cmd.spawn().map_err(|e| format!("spawn vgpud: {e}"))?);

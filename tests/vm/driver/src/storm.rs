@@ -21,6 +21,11 @@
 //!
 //! - the kernel: N writes of a UUID to the type's `create`, N writes to `remove`, from this
 //!   process with vgpud stopped: the floor under both tools' figures.
+//! - where vgpud's time goes (a profile without a profiler; the VM has none): around each of
+//!   its create storms, vgpud's CPU by part from its metrics (`--metrics-listen` on the VM's
+//!   loopback): the process's whole, the kernel's own work in its sysfs writes, persistence,
+//!   the engine's own work, applying uevents, NVML, and the rest (the bus, the async runtime,
+//!   publishing signals), per device.
 //!
 //! The vgpud measured is `--storm-vgpud` where given (tests/vm/run gives an optimized build:
 //! mdevctl, from `cargo install`, is one; the rest of the scenario runs the debug build).
@@ -41,6 +46,65 @@ const TYPE: &str = "mtty-1";
 const PARENT: &str = "mtty";
 const ROUNDS: usize = 3;
 const CONNECTIONS: usize = 4;
+/// Where the measured vgpud serves its metrics, on the VM's loopback.
+const METRICS: &str = "127.0.0.1:9835";
+/// The parts of its CPU time vgpud counts (`vgpud_PART_cpu_seconds_total`), the process's
+/// whole last.
+const CPU_PARTS: [&str; 7] = [
+    "kernel_write",
+    "persistence",
+    "engine_call",
+    "uevent",
+    "nvml",
+    "simulated_kernel",
+    "process",
+];
+
+/// vgpud's CPU seconds by part (in the order of [`CPU_PARTS`]), from its metrics; `None`
+/// when they cannot be read.
+fn cpu_parts() -> Option<Vec<f64>> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(METRICS).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    CPU_PARTS
+        .iter()
+        .map(|part| {
+            let name = format!("vgpud_{part}_cpu_seconds_total ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(name.as_str())?.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// ms per device of each part between two readings, and what no part counts last (the
+/// process's less every part): `None` when either reading is missing.
+fn cpu_split(before: Option<Vec<f64>>, after: Option<Vec<f64>>, n: usize) -> Option<Vec<f64>> {
+    let (a, b) = (before?, after?);
+    let per: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| (b - a) * 1000.0 / n.max(1) as f64)
+        .collect();
+    let (process, parts) = per.split_last()?;
+    let mut out = per.clone();
+    out.push(process - parts.iter().sum::<f64>());
+    Some(out)
+}
+
+/// One storm's split in words.
+fn split_text(split: &Option<Vec<f64>>) -> String {
+    match split {
+        None => "vgpud's metrics could not be read".into(),
+        Some(s) => format!(
+            "vgpud's CPU {:.2} ms per device: the kernel's own in its writes {:.2}, persistence {:.2}, the engine {:.2}, uevents {:.2}, NVML {:.2}, the bus, runtime and publishing {:.2}",
+            s[6], s[0], s[1], s[2], s[3], s[4], s[7]
+        ),
+    }
+}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -463,6 +527,9 @@ struct Figures {
     mdevctl_remove_per_device: Vec<f64>,
     kernel_per_device: Vec<f64>,
     kernel_remove_per_device: Vec<f64>,
+    /// vgpud's CPU per device of each storm, by part ([`cpu_split`]).
+    persistent_cpu: Vec<Vec<f64>>,
+    transient_cpu: Vec<Vec<f64>>,
 }
 
 /// What the checks found, over the rounds: the first failure of each kind.
@@ -523,7 +590,9 @@ async fn vgpud_round(
     f.ping.push(median(&pings));
 
     // The storm.
+    let cpu0 = cpu_parts();
     let (c, made) = vgpud_storm(&ps, room, true).await;
+    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
     let check = verify_made(w, &made, room).map_err(|e| e + &first_error(&c.errors));
     note(&mut bad.vgpud_made, round, "storm", check);
     let rm = vgpud_remove_storm(&ps, &made).await;
@@ -543,6 +612,11 @@ async fn vgpud_round(
         made.len(),
         rm.wall_ms
     ));
+    info(format!(
+        "storm round {round}: persistent creates: {}",
+        split_text(&cpu)
+    ));
+    f.persistent_cpu.extend(cpu);
     f.storm_per_device.push(per);
     f.storm_latencies.extend(&c.latencies);
     f.storm_remove_per_device.push(rm_per);
@@ -556,7 +630,9 @@ async fn vgpud_round(
             Err(e),
         );
     }
+    let cpu0 = cpu_parts();
     let (t, made) = vgpud_storm(&ps, room, false).await;
+    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
     let check = verify(w, &made, room, false).map_err(|e| e + &first_error(&t.errors));
     note(&mut bad.vgpud_made, round, "transient storm", check);
     let rm = vgpud_remove_storm(&ps, &made).await;
@@ -575,6 +651,11 @@ async fn vgpud_round(
         "storm round {round}: vgpud, {room} concurrent transient CreateDevice: {:.1} ms, {tper:.2} ms per device",
         t.wall_ms
     ));
+    info(format!(
+        "storm round {round}: transient creates: {}",
+        split_text(&cpu)
+    ));
+    f.transient_cpu.extend(cpu);
     f.transient_per_device.push(tper);
 
     // One call after the other.
@@ -687,7 +768,9 @@ pub async fn section(w: &mut World, r: &mut Report) {
     }
     let mut f = Figures::default();
     let mut bad = Failures::default();
-    // The vgpud measured: an optimized build where one was given (mdevctl is one too).
+    // The vgpud measured: an optimized build where one was given (mdevctl is one too), with
+    // its metrics on.
+    w.metrics = Some(METRICS.into());
     if let Some(v) = w.args.storm_vgpud.clone() {
         w.term_vgpud();
         w.args.vgpud = v;
@@ -782,6 +865,23 @@ pub async fn section(w: &mut World, r: &mut Report) {
     figure("vgpud_transient_over_kernel", transient / kernel);
     figure("vgpud_persistent_over_kernel", vgpud / kernel);
     figure("ping_over_kernel", median(&f.ping) / kernel);
+    // Where vgpud's time goes, per device: each part's median over the rounds.
+    for (kind, splits) in [
+        ("persistent", &f.persistent_cpu),
+        ("transient", &f.transient_cpu),
+    ] {
+        if splits.is_empty() {
+            info(format!(
+                "storm: no CPU split of the {kind} storms (no metrics)"
+            ));
+            continue;
+        }
+        let names = CPU_PARTS.iter().copied().chain(["unaccounted"]);
+        for (i, name) in names.enumerate() {
+            let v: Vec<f64> = splits.iter().map(|s| s[i]).collect();
+            figure(&format!("cpu_{kind}_{name}_ms_per_device"), median(&v));
+        }
+    }
     figure("ratio_sequential", mdevctl / seq);
     info(format!(
         "storm: medians of {ROUNDS} rounds of {room} persistent {TYPE} devices: vgpud {vgpud:.2} ms per device in a storm, {seq:.2} ms per call one after the other; mdevctl {mdevctl:.2} ms per device (define + start): {:.1} × (storm), {:.1} × (sequential) (target ≥ 15; a figure, not a check)",
