@@ -221,7 +221,10 @@ async fn metrics_count_calls_devices_capacity_and_telemetry_and_parse_as_prometh
     ] {
         assert!(v > 0.0, "no CPU counted for {name}: {parts:?}");
     }
-    assert_eq!(parts[2], 0.0, "a simulated host's write counted as the kernel's");
+    assert_eq!(
+        parts[2], 0.0,
+        "a simulated host's write counted as the kernel's"
+    );
     let process = sample(&m, "vgpud_process_cpu_seconds_total{}");
     assert!(
         parts.iter().sum::<f64>() <= process,
