@@ -15,14 +15,16 @@
 //!
 //! and once per binary, on a host of its own: ten storms of 384 concurrent persistent
 //! creates of RTX8000-2Q (each removed again): the first storm's creates/s, the tenth's over
-//! the first's, and vgpud's CPU per create (process CPU during the storm ÷ creates; the
+//! the first's, and vgpud's CPU per create (process CPU during the storm ÷ creates, from
+//! `vgpud_process_cpu_seconds_total` in the same scrapes as the parts, else `/proc`; the
 //! simulated kernel runs in vgpud's process and is included), and of that the parts vgpud
 //! counts apart with each thread's CPU clock (`vgpud_PART_cpu_seconds_total` from its metrics
 //! endpoint, read before and after each storm; the read after includes one rendering of the
 //! host's metrics): the simulated kernel's and NVML's, the rest being vgpud's own, and of
 //! that persistence (the journal, definitions and records), the engine's own work in the
 //! calls, applying uevents, and what no part counts (the bus, the async runtime, publishing
-//! signals).
+//! signals); and vgpud's CPU per `Peer.Ping` in a storm of as many concurrent pings before
+//! each storm (its threads' `schedstat`), the bus's floor under any call.
 //!
 //! Run: `cargo bench --bench idle`. `VGPUD_BENCH_BEFORE=<a vgpud binary>` (and
 //! `VGPUD_BENCH_BEFORE_CTL=<its vgpuctl>`; without it this build's vgpuctl serves both) are
@@ -81,13 +83,15 @@ struct Running {
 }
 
 /// The parts of its CPU time vgpud counts apart (`vgpud_PART_cpu_seconds_total`), in the
-/// order of the storm table's columns.
-const PARTS: [&str; 5] = [
+/// order of the storm table's columns, and last the whole process's (read in the same scrape
+/// as the parts, so that the two agree).
+const PARTS: [&str; 6] = [
     "simulated_kernel",
     "nvml",
     "persistence",
     "engine_call",
     "uevent",
+    "process",
 ];
 
 /// The CPU seconds vgpud counted in each of [`PARTS`], from its metrics (`None` for a part
@@ -171,6 +175,8 @@ struct Storms {
     cpu_ms_per_create: Vec<f64>,
     /// Of that, ms in each of [`PARTS`], per storm (empty: the binary does not count it).
     parts_ms_per_create: [Vec<f64>; PARTS.len()],
+    /// vgpud's CPU per `Peer.Ping` in as many concurrent pings, before each storm.
+    ping_cpu_ms: Vec<f64>,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -268,6 +274,43 @@ async fn create_storm(
         made.push(uuid);
     }
     (made, ms(started.elapsed()))
+}
+
+/// The CPU time of a process's threads in ms, to the nanosecond (the first field of each
+/// thread's `schedstat`; a thread gone meanwhile is not counted).
+fn threads_cpu_ms(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e6
+}
+
+/// `n` concurrent `Peer.Ping` calls to vgpud spread over the proxies' connections, as the
+/// storm spreads its creates: the bus's floor under a call that does nothing.
+async fn ping_storm(managers: &[ManagerProxy<'static>], n: usize) {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let conn = managers[i % managers.len()].inner().connection().clone();
+            tokio::spawn(async move {
+                conn.call_method(
+                    Some("org.vgpud1"),
+                    "/org/vgpud1",
+                    Some("org.freedesktop.DBus.Peer"),
+                    "Ping",
+                    &(),
+                )
+                .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("Peer.Ping");
+    }
 }
 
 /// Calls `RemoveDevice` (`stop`: `StopDevice`, the definition stays) on every UUID at once.
@@ -433,8 +476,14 @@ fn measure_storms(rt: &tokio::runtime::Runtime, bins: &Binaries, rounds: usize) 
             rates: Vec::new(),
             cpu_ms_per_create: Vec::new(),
             parts_ms_per_create: Default::default(),
+            ping_cpu_ms: Vec::new(),
         };
         for _ in 0..rounds {
+            let before = threads_cpu_ms(pid);
+            ping_storm(&managers, STORM).await;
+            storms
+                .ping_cpu_ms
+                .push((threads_cpu_ms(pid) - before) / STORM as f64);
             let apart0 = cpu_apart(r.metrics);
             let cpu0 = cpu_ms(pid);
             let (made, wall) = create_storm(&managers, STORM_TYPE, STORM).await;
@@ -547,14 +596,20 @@ fn main() {
         }
     }
     out.push_str(&format!(
-        "\n| vgpud | storm of {STORM} persistent creates (creates/s, first) | storm {rounds} ÷ storm 1 | vgpud's process CPU per create (ms, median of {rounds}) | of which the simulated kernel | of which NVML | vgpud's own | own: persistence | own: engine | own: uevents | own: the bus, the runtime, publishing |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "\n| vgpud | storm of {STORM} persistent creates (creates/s, first) | storm {rounds} ÷ storm 1 | vgpud's process CPU per create (ms, median of {rounds}) | of which the simulated kernel | of which NVML | vgpud's own | own: persistence | own: engine | own: uevents | own: the bus, the runtime, publishing | a `Peer.Ping`'s CPU in as many concurrent pings (the bus's floor per call) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     ));
     for b in &all {
         eprintln!("{}: {rounds} storms…", b.label);
         let mut s = measure_storms(&rt, b, rounds);
         let first = s.rates[0];
         let last = s.rates[s.rates.len() - 1];
-        let total = median(&mut s.cpu_ms_per_create);
+        // The process's CPU from the same scrapes as the parts where vgpud counts it (a
+        // scrape's rendering of the host is then in both), else from /proc.
+        let total = if s.parts_ms_per_create[5].is_empty() {
+            median(&mut s.cpu_ms_per_create)
+        } else {
+            median(&mut s.parts_ms_per_create[5])
+        };
         // Each part's median over the storms; the rest is the process's less every part.
         let parts: Vec<Option<f64>> = s
             .parts_ms_per_create
@@ -574,9 +629,10 @@ fn main() {
             .map(cell)
             .join(" | ");
         out.push_str(&format!(
-            "| {} | {first:.0} | {:.2} | {total:.3} | {apart} |\n",
+            "| {} | {first:.0} | {:.2} | {total:.3} | {apart} | {:.3} |\n",
             b.label,
             last / first,
+            median(&mut s.ping_cpu_ms),
         ));
     }
     print!("{out}");

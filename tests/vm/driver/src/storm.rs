@@ -25,7 +25,9 @@
 //!   its create storms, vgpud's CPU by part from its metrics (`--metrics-listen` on the VM's
 //!   loopback): the process's whole, the kernel's own work in its sysfs writes, persistence,
 //!   the engine's own work, applying uevents, NVML, and the rest (the bus, the async runtime,
-//!   publishing signals), per device.
+//!   publishing signals), per device;
+//! - vgpud warm: the persistent storm once more after the others. In rounds 0 and 1 vgpud was
+//!   started just before its first storm, which costs more than later ones.
 //!
 //! The vgpud measured is `--storm-vgpud` where given (tests/vm/run gives an optimized build:
 //! mdevctl, from `cargo install`, is one; the rest of the scenario runs the debug build).
@@ -530,6 +532,9 @@ struct Figures {
     /// vgpud's CPU per device of each storm, by part ([`cpu_split`]).
     persistent_cpu: Vec<Vec<f64>>,
     transient_cpu: Vec<Vec<f64>>,
+    /// The persistent storm again, after the others (vgpud warm).
+    warm_per_device: Vec<f64>,
+    warm_cpu: Vec<Vec<f64>>,
 }
 
 /// What the checks found, over the rounds: the first failure of each kind.
@@ -657,6 +662,31 @@ async fn vgpud_round(
     ));
     f.transient_cpu.extend(cpu);
     f.transient_per_device.push(tper);
+
+    // The persistent storm again: the first storm after vgpud starts costs more than later
+    // ones (rounds 0 and 1 start vgpud just before theirs), so a warm vgpud is measured too.
+    if let Err(e) = wait_room(w, room).await {
+        note(&mut bad.vgpud_made, round, "before the warm storm", Err(e));
+    }
+    let cpu0 = cpu_parts();
+    let (c, made) = vgpud_storm(&ps, room, true).await;
+    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
+    let check = verify_made(w, &made, room).map_err(|e| e + &first_error(&c.errors));
+    note(&mut bad.vgpud_made, round, "warm storm", check);
+    let rm = vgpud_remove_storm(&ps, &made).await;
+    let check = verify_gone(w, &made, room).map_err(|e| e + &first_error(&rm.errors));
+    note(&mut bad.vgpud_removed, round, "warm storm", check.clone());
+    if check.is_err() {
+        force_clean(w, &made);
+    }
+    let wper = c.wall_ms / room as f64;
+    info(format!(
+        "storm round {round}: vgpud warm, {room} concurrent persistent CreateDevice: {:.1} ms, {wper:.2} ms per device; {}",
+        c.wall_ms,
+        split_text(&cpu)
+    ));
+    f.warm_cpu.extend(cpu);
+    f.warm_per_device.push(wper);
 
     // One call after the other.
     if let Err(e) = wait_room(w, room).await {
@@ -864,11 +894,15 @@ pub async fn section(w: &mut World, r: &mut Report) {
     let transient = median(&f.transient_per_device);
     figure("vgpud_transient_over_kernel", transient / kernel);
     figure("vgpud_persistent_over_kernel", vgpud / kernel);
+    let warm = median(&f.warm_per_device);
+    figure("vgpud_warm_ms_per_device", warm);
+    figure("vgpud_warm_persistent_over_kernel", warm / kernel);
     figure("ping_over_kernel", median(&f.ping) / kernel);
     // Where vgpud's time goes, per device: each part's median over the rounds.
     for (kind, splits) in [
         ("persistent", &f.persistent_cpu),
         ("transient", &f.transient_cpu),
+        ("warm_persistent", &f.warm_cpu),
     ] {
         if splits.is_empty() {
             info(format!(
