@@ -134,7 +134,10 @@ impl Counters {
         };
         self.uevents
             .get_or_create(&vec![
-                ("subsystem", known(subsystem, &["mdev", "pci"])),
+                (
+                    "subsystem",
+                    known(subsystem, &["mdev", "pci", "vfio", "vfio-dev"]),
+                ),
                 (
                     "action",
                     known(action, &["add", "remove", "change", "bind", "unbind"]),

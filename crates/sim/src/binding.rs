@@ -334,6 +334,7 @@ pub(crate) fn attach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
     fsx::symlink_rel(&dev.join("driver"), &driver_dir)?;
     fsx::symlink_rel(&driver_dir.join(bdf_of(dev)), dev)?;
     set_uevent_driver(dev, Some(driver))?;
+    let vfio = super::uevent::VfioState::of(roots, dev);
     match driver {
         "vfio-pci" => vfio_register(roots, dev)?,
         "nvidia" => nvidia_probe(roots, dev)?,
@@ -341,6 +342,7 @@ pub(crate) fn attach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
         _ => {}
     }
     fbdev::probe(&roots.sys, dev, driver)?;
+    super::uevent::vfio_changed(roots, &vfio, &super::uevent::VfioState::of(roots, dev));
     super::uevent::pci_driver(roots, dev, Some(driver));
     Ok(())
 }
@@ -348,6 +350,7 @@ pub(crate) fn attach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
 /// Unbinds `dev` from `driver` after the remove effects; a device half bound or half unbound
 /// ends unbound. Never fails for a reason the kernel would have.
 pub(crate) fn detach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> {
+    let vfio = super::uevent::VfioState::of(roots, dev);
     fbdev::remove(&roots.sys, dev)?;
     if driver == "nvidia" {
         nvidia_remove(roots, dev)?;
@@ -360,6 +363,7 @@ pub(crate) fn detach(roots: &Roots, dev: &Path, driver: &str) -> io::Result<()> 
         fsx::remove_quiet(&dev.join("driver"))?;
     }
     set_uevent_driver(dev, None)?;
+    super::uevent::vfio_changed(roots, &vfio, &super::uevent::VfioState::of(roots, dev));
     super::uevent::pci_driver(roots, dev, None);
     Ok(())
 }
@@ -596,8 +600,9 @@ fn nvidia_remove(roots: &Roots, dev: &Path) -> io::Result<()> {
             kernel::guid_parse(&child).is_some_and(|u| u == child) && dev.join(&child).is_dir();
         if uuid_dir || fsx::exists_nofollow(&dev.join(&child).join("mdev_type")) {
             let type_id = fsx::link_basename(&dev.join(&child).join("mdev_type"));
+            let vfio = super::uevent::VfioState::of(roots, &dev.join(&child));
             kernel::teardown(roots, &Entry::device(Op::Remove, &child, dev))?;
-            super::uevent::mdev_removed(roots, &dev.join(&child), type_id.as_deref());
+            super::uevent::mdev_removed(roots, &dev.join(&child), type_id.as_deref(), &vfio);
         }
     }
     let registered = dev.join("mdev_supported_types").exists();

@@ -456,6 +456,7 @@ pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<(
     entry.driver = fsx::link_basename(&dev_dir.join("driver"));
     entry.avail = rules.counters();
     let (mut bus, _) = hold_bus(roots)?;
+    let vfio = super::uevent::VfioState::of(roots, dev_dir);
     journaled(roots, &entry, true, || {
         teardown(roots, &entry)?;
         drop(bus.take());
@@ -465,7 +466,7 @@ pub(crate) fn remove(roots: &Roots, dev_dir: &Path, value: &str) -> io::Result<(
         rules.store(Change::Removed)?;
         refresh_siblings(parent)
     })?;
-    super::uevent::mdev_removed(roots, dev_dir, entry.type_id.as_deref());
+    super::uevent::mdev_removed(roots, dev_dir, entry.type_id.as_deref(), &vfio);
     Ok(())
 }
 

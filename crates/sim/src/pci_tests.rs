@@ -247,6 +247,72 @@ fn vfio_pci_binds_by_override_and_owns_the_group_node() {
 }
 
 #[test]
+fn a_vfio_pci_bind_announces_the_group_node_and_the_vfio_device_before_the_bind() {
+    let (_dir, host) = host("passthrough");
+    let audio = "0000:21:00.1";
+    for bdf in [CLEAN, audio] {
+        write(
+            &host,
+            &format!("bus/pci/devices/{bdf}/driver_override"),
+            "vfio-pci",
+        )
+        .expect("override");
+        write(&host, &format!("bus/pci/devices/{bdf}/driver/unbind"), bdf).expect("unbind");
+    }
+    let listener = super::tests::uevent_listener(&host);
+    let of = |bdf: &str| {
+        let d = host.resolve(&dev(&host, bdf)).expect("device");
+        let rel = d
+            .strip_prefix(host.resolve(&host.sys("")).expect("sys"))
+            .expect("below sys");
+        format!("/{}", rel.display())
+    };
+    let (clean, sound) = (of(CLEAN), of(audio));
+    let seen = |l: &std::os::unix::net::UnixDatagram| -> Vec<String> {
+        super::tests::uevents_sent(l)
+            .into_iter()
+            .map(|(a, s, p, n)| format!("{a} {s} {p} {n}").trim_end().to_string())
+            .collect()
+    };
+    bind(&host, "vfio-pci", CLEAN).expect("bind");
+    assert_eq!(
+        seen(&listener),
+        [
+            "add vfio /devices/virtual/vfio/77 vfio/77".to_string(),
+            format!("add vfio-dev {clean}/vfio-dev/vfio0 vfio/devices/vfio0"),
+            format!("bind pci {clean}"),
+        ]
+    );
+    // The group's node is there already: only the second function's vfio device comes.
+    bind(&host, "vfio-pci", audio).expect("bind audio");
+    assert_eq!(
+        seen(&listener),
+        [
+            format!("add vfio-dev {sound}/vfio-dev/vfio1 vfio/devices/vfio1"),
+            format!("bind pci {sound}"),
+        ]
+    );
+    unbind(&host, "vfio-pci", CLEAN).expect("unbind");
+    assert_eq!(
+        seen(&listener),
+        [
+            format!("remove vfio-dev {clean}/vfio-dev/vfio0 vfio/devices/vfio0"),
+            format!("unbind pci {clean}"),
+        ]
+    );
+    // The last registered function of the group takes the node with it.
+    unbind(&host, "vfio-pci", audio).expect("unbind audio");
+    assert_eq!(
+        seen(&listener),
+        [
+            format!("remove vfio-dev {sound}/vfio-dev/vfio1 vfio/devices/vfio1"),
+            "remove vfio /devices/virtual/vfio/77 vfio/77".to_string(),
+            format!("unbind pci {sound}"),
+        ]
+    );
+}
+
+#[test]
 fn drivers_probe_needs_a_known_device_and_leaves_unmatched_ones_alone() {
     let (_dir, host) = host("passthrough");
     assert_eq!(

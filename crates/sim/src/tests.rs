@@ -821,3 +821,82 @@ fn a_simulated_reboot_keeps_configuration_and_state() {
     create(&host, GPU0, "nvidia-259", U1).expect("create after reboot");
     assert_eq!(avail(&host, GPU0, "nvidia-259"), 5);
 }
+
+/// A listener on the simulated host's uevent socket, as a daemon on it listens.
+pub(super) fn uevent_listener(host: &SimHost) -> std::os::unix::net::UnixDatagram {
+    let (socket, _) = uevent::paths(host.root());
+    fs::create_dir_all(socket.parent().expect("state dir")).expect("state dir");
+    let listener = std::os::unix::net::UnixDatagram::bind(&socket).expect("bind");
+    listener
+        .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .expect("timeout");
+    listener
+}
+
+/// Every event waiting on `listener`, each as (ACTION, SUBSYSTEM, DEVPATH, DEVNAME).
+pub(super) fn uevents_sent(
+    listener: &std::os::unix::net::UnixDatagram,
+) -> Vec<(String, String, String, String)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0_u8; 8192];
+    while let Ok(n) = listener.recv(&mut buf) {
+        let vars: BTreeMap<String, String> = buf[..n]
+            .split(|b| *b == 0)
+            .skip(1)
+            .filter_map(|f| {
+                let (k, v) = std::str::from_utf8(f).ok()?.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect();
+        let var = |k: &str| vars.get(k).cloned().unwrap_or_default();
+        out.push((
+            var("ACTION"),
+            var("SUBSYSTEM"),
+            var("DEVPATH"),
+            var("DEVNAME"),
+        ));
+    }
+    out
+}
+
+#[test]
+fn an_mdev_sends_the_kernels_four_uevents_when_made_and_when_removed() {
+    // What Linux 6.1 sends for an mtty device (the real-kernel suite counts them): the mdev's
+    // `add`, its new IOMMU group's vfio node, its vfio device, then the driver's `bind`.
+    let (_dir, host) = host("mtty");
+    let listener = uevent_listener(&host);
+    create(&host, MTTY, "mtty-1", U1).expect("create");
+    let dev = format!("/devices/virtual/mtty/mtty/{U1}");
+    let group =
+        fs::read_link(host.sys(&format!("bus/mdev/devices/{U1}/iommu_group"))).expect("group");
+    let group = group.file_name().and_then(|g| g.to_str()).expect("name");
+    let vfio = format!("/devices/virtual/vfio/{group}");
+    let t = |a: &str, s: &str, p: &str, n: &str| {
+        (a.to_string(), s.to_string(), p.to_string(), n.to_string())
+    };
+    let made = vec![
+        t("add", "mdev", &dev, ""),
+        t("add", "vfio", &vfio, &format!("vfio/{group}")),
+        t(
+            "add",
+            "vfio-dev",
+            &format!("{dev}/vfio-dev/vfio0"),
+            "vfio/devices/vfio0",
+        ),
+        t("bind", "mdev", &dev, ""),
+    ];
+    assert_eq!(uevents_sent(&listener), made);
+    remove(&host, U1).expect("remove");
+    let removed = vec![
+        t(
+            "remove",
+            "vfio-dev",
+            &format!("{dev}/vfio-dev/vfio0"),
+            "vfio/devices/vfio0",
+        ),
+        t("remove", "vfio", &vfio, &format!("vfio/{group}")),
+        t("unbind", "mdev", &dev, ""),
+        t("remove", "mdev", &dev, ""),
+    ];
+    assert_eq!(uevents_sent(&listener), removed);
+}

@@ -8,7 +8,14 @@
 //! - a parent's `mdev_register_parent`/`mdev_unregister_parent`: `change` with
 //!   `MDEV_STATE=registered|unregistered` (Linux 5.3);
 //! - a PCI driver's bind and unbind: `bind`/`unbind` with DRIVER= (Linux 4.14);
-//! - a VF made or destroyed: `add`/`remove` with SUBSYSTEM=pci.
+//! - a VF made or destroyed: `add`/`remove` with SUBSYSTEM=pci;
+//! - a device registered with vfio by its driver's probe (an mdev's vendor driver, vfio-pci,
+//!   nvidia on an Ada VF), before the `bind`: its IOMMU group's character device when the
+//!   group had none (`add`, SUBSYSTEM=vfio, `/devices/virtual/vfio/<group>`, DEVNAME=), then
+//!   its vfio device (`add`, SUBSYSTEM=vfio-dev, `<dev>/vfio-dev/vfio<N>`, with that
+//!   device's `uevent` variables); unregistered before the `unbind`, in the reverse order
+//!   (`remove`). A real Linux 6.1 sends these four events for each mtty device it makes
+//!   (the real-kernel suite counts them). The group's own sysfs directory is not modelled.
 //!
 //! Every event of a PCI function also carries the function's own variables, as its `uevent`
 //! file shows them (`DRIVER=` while bound, `PCI_CLASS`, `PCI_ID`, `PCI_SUBSYS_ID`,
@@ -29,7 +36,7 @@
 use std::fs;
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -44,18 +51,94 @@ pub const OVERRUN: &str = "uevent-overrun";
 /// The counter's name in the simulator's state directory.
 const SEQNUM: &str = "uevent-seqnum";
 
-/// An mdev made and bound to its vendor driver: `add`, then `bind`.
+/// An mdev made and bound to its vendor driver: `add`, its registration with vfio (see
+/// [`vfio_changed`]), then `bind`.
 pub(crate) fn mdev_added(roots: &Roots, dev: &Path, type_id: &str, driver: &str) {
     let ty = ("MDEV_TYPE", type_id);
     emit(roots, "add", dev, "mdev", &[ty]);
+    vfio_changed(roots, &VfioState::default(), &VfioState::of(roots, dev));
     emit(roots, "bind", dev, "mdev", &[("DRIVER", driver), ty]);
 }
 
-/// An mdev removed: `unbind`, then `remove`.
-pub(crate) fn mdev_removed(roots: &Roots, dev: &Path, type_id: Option<&str>) {
+/// An mdev removed: its vfio registration as it was before (`vfio`, [`VfioState::of`]) gone,
+/// then `unbind`, then `remove`.
+pub(crate) fn mdev_removed(roots: &Roots, dev: &Path, type_id: Option<&str>, vfio: &VfioState) {
     let ty: Vec<(&str, &str)> = type_id.map(|t| ("MDEV_TYPE", t)).into_iter().collect();
+    vfio_changed(roots, vfio, &VfioState::of(roots, dev));
     emit(roots, "unbind", dev, "mdev", &ty);
     emit(roots, "remove", dev, "mdev", &ty);
+}
+
+/// A device's registration with vfio as the tree shows it: its vfio devices
+/// (`<dev>/vfio-dev/vfio<N>` with their `uevent` variables), its IOMMU group, and whether the
+/// group's character device (`dev/vfio/<group>`) is there. Empty when nobody listens.
+#[derive(Default)]
+pub(crate) struct VfioState {
+    nodes: Vec<(PathBuf, Vec<(String, String)>)>,
+    group: Option<String>,
+    group_node: bool,
+}
+
+impl VfioState {
+    pub(crate) fn of(roots: &Roots, dev: &Path) -> VfioState {
+        if !listening(roots) {
+            return VfioState::default();
+        }
+        let base = dev.join("vfio-dev");
+        let nodes = super::fsx::list(&base)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|name| {
+                let node = base.join(name);
+                let vars = device_env(&node);
+                (node, vars)
+            })
+            .collect();
+        let group = super::binding::group_of(dev);
+        let group_node = group
+            .as_ref()
+            .is_some_and(|g| super::fsx::exists_nofollow(&roots.dev.join(g)));
+        VfioState {
+            nodes,
+            group,
+            group_node,
+        }
+    }
+}
+
+/// The uevents of what changed in one device's registration with vfio from `before` to
+/// `after`, in the kernel's order: a group's character device that came, then the vfio
+/// devices that came; the vfio devices that went, then a group's character device that went.
+pub(crate) fn vfio_changed(roots: &Roots, before: &VfioState, after: &VfioState) {
+    let group_event = |action: &str, group: &str| {
+        let name = format!("vfio/{group}");
+        let dev = roots.sys.join("devices/virtual/vfio").join(group);
+        emit(roots, action, &dev, "vfio", &[("DEVNAME", &name)]);
+    };
+    let had = |nodes: &[(PathBuf, Vec<(String, String)>)], node: &Path| {
+        nodes.iter().any(|(n, _)| n == node)
+    };
+    if let Some(g) = &after.group {
+        if after.group_node && !(before.group_node && before.group.as_ref() == Some(g)) {
+            group_event("add", g);
+        }
+    }
+    for (node, vars) in after.nodes.iter().filter(|(n, _)| !had(&before.nodes, n)) {
+        emit_with(roots, "add", node, "vfio-dev", &[], || vars.clone());
+    }
+    for (node, vars) in before.nodes.iter().filter(|(n, _)| !had(&after.nodes, n)) {
+        emit_with(roots, "remove", node, "vfio-dev", &[], || vars.clone());
+    }
+    if let Some(g) = &before.group {
+        if before.group_node && !super::fsx::exists_nofollow(&roots.dev.join(g)) {
+            group_event("remove", g);
+        }
+    }
+}
+
+/// Whether a daemon listens on the simulated host's uevent socket.
+fn listening(roots: &Roots) -> bool {
+    fs::symlink_metadata(roots.state.join(SOCKET)).is_ok()
 }
 
 /// A parent's registration with mdev_core changed: `change` with `MDEV_STATE`, in the

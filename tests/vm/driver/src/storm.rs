@@ -62,9 +62,8 @@ const CPU_PARTS: [&str; 7] = [
     "process",
 ];
 
-/// vgpud's CPU seconds by part (in the order of [`CPU_PARTS`]), from its metrics; `None`
-/// when they cannot be read.
-fn cpu_parts() -> Option<Vec<f64>> {
+/// vgpud's metrics as it serves them; `None` when they cannot be read.
+fn metrics_text() -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(METRICS).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
@@ -72,6 +71,43 @@ fn cpu_parts() -> Option<Vec<f64>> {
         .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The uevents vgpud applied so far, by their labels (subsystem and action).
+fn uevent_counts() -> Vec<(String, f64)> {
+    let text = metrics_text().unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (labels, v) = l.strip_prefix("vgpud_uevents_total")?.rsplit_once(' ')?;
+            Some((labels.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The uevents applied between two [`uevent_counts`], in words.
+fn uevents_text(before: &[(String, f64)], after: &[(String, f64)]) -> String {
+    let seen: Vec<String> = after
+        .iter()
+        .filter_map(|(labels, n)| {
+            let was = before
+                .iter()
+                .find(|(l, _)| l == labels)
+                .map_or(0.0, |(_, v)| *v);
+            (n - was > 0.0).then(|| format!("{labels} {}", n - was))
+        })
+        .collect();
+    if seen.is_empty() {
+        "no uevent applied".into()
+    } else {
+        format!("uevents applied: {}", seen.join(", "))
+    }
+}
+
+/// vgpud's CPU seconds by part (in the order of [`CPU_PARTS`]), from its metrics; `None`
+/// when they cannot be read.
+fn cpu_parts() -> Option<Vec<f64>> {
+    let text = metrics_text()?;
     CPU_PARTS
         .iter()
         .map(|part| {
@@ -595,9 +631,10 @@ async fn vgpud_round(
     f.ping.push(median(&pings));
 
     // The storm.
-    let cpu0 = cpu_parts();
+    let (cpu0, ue0) = (cpu_parts(), uevent_counts());
     let (c, made) = vgpud_storm(&ps, room, true).await;
     let cpu = cpu_split(cpu0, cpu_parts(), made.len());
+    let ue = uevents_text(&ue0, &uevent_counts());
     let check = verify_made(w, &made, room).map_err(|e| e + &first_error(&c.errors));
     note(&mut bad.vgpud_made, round, "storm", check);
     let rm = vgpud_remove_storm(&ps, &made).await;
@@ -618,7 +655,7 @@ async fn vgpud_round(
         rm.wall_ms
     ));
     info(format!(
-        "storm round {round}: persistent creates: {}",
+        "storm round {round}: persistent creates: {}; {ue}",
         split_text(&cpu)
     ));
     f.persistent_cpu.extend(cpu);
@@ -635,9 +672,10 @@ async fn vgpud_round(
             Err(e),
         );
     }
-    let cpu0 = cpu_parts();
+    let (cpu0, ue0) = (cpu_parts(), uevent_counts());
     let (t, made) = vgpud_storm(&ps, room, false).await;
     let cpu = cpu_split(cpu0, cpu_parts(), made.len());
+    let ue = uevents_text(&ue0, &uevent_counts());
     let check = verify(w, &made, room, false).map_err(|e| e + &first_error(&t.errors));
     note(&mut bad.vgpud_made, round, "transient storm", check);
     let rm = vgpud_remove_storm(&ps, &made).await;
@@ -657,7 +695,7 @@ async fn vgpud_round(
         t.wall_ms
     ));
     info(format!(
-        "storm round {round}: transient creates: {}",
+        "storm round {round}: transient creates: {}; {ue}",
         split_text(&cpu)
     ));
     f.transient_cpu.extend(cpu);
