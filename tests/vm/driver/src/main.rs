@@ -510,6 +510,88 @@ fn vfio_handshake(group: i32, devices: &[&str]) -> Result<String, String> {
 
 // ---- the scenario ---------------------------------------------------------------------------
 
+/// Where vgpud serves its metrics (`--metrics-listen`): in the VM a fixed port of its
+/// loopback; on the simulated host a port that was free at the start.
+static METRICS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The address for [`METRICS`].
+fn metrics_address(real: bool) -> String {
+    if real {
+        return "127.0.0.1:9835".into();
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or_else(|_| "127.0.0.1:9835".into(), |a| a.to_string())
+}
+
+/// vgpud's metrics as it serves them; `None` when they cannot be read.
+pub(crate) fn metrics_text() -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(METRICS.get()?).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The uevents vgpud applied so far, by their labels (subsystem and action).
+pub(crate) fn uevent_counts() -> Vec<(String, f64)> {
+    let text = metrics_text().unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (labels, v) = l.strip_prefix("vgpud_uevents_total")?.rsplit_once(' ')?;
+            Some((labels.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The uevents applied between two [`uevent_counts`], in words, sorted.
+pub(crate) fn uevents_text(before: &[(String, f64)], after: &[(String, f64)]) -> String {
+    let mut seen: Vec<String> = after
+        .iter()
+        .filter_map(|(labels, n)| {
+            let was = before
+                .iter()
+                .find(|(l, _)| l == labels)
+                .map_or(0.0, |(_, v)| *v);
+            (n - was > 0.0).then(|| format!("{labels} {}", n - was))
+        })
+        .collect();
+    // In a stable order: the metrics list their labels in no fixed one.
+    seen.sort();
+    if seen.is_empty() {
+        "no uevent applied".into()
+    } else {
+        format!("uevents applied: {}", seen.join(", "))
+    }
+}
+
+/// The uevents vgpud applied since `before` ([`uevent_counts`]) by subsystem and action, of
+/// the subsystems it names (`other`, such as a DRM or network device's, is left out: the
+/// simulator does not send those). They arrive after a call's answer: read until the counts
+/// stay the same for 300 ms, 3 s at most.
+async fn uevents_since(before: &[(String, f64)]) -> String {
+    let named = |counts: Vec<(String, f64)>| -> Vec<(String, f64)> {
+        counts
+            .into_iter()
+            .filter(|(labels, _)| !labels.contains("subsystem=\"other\""))
+            .collect()
+    };
+    let before = named(before.to_vec());
+    let mut seen = uevents_text(&before, &named(uevent_counts()));
+    let (deadline, mut steady) = (Instant::now() + Duration::from_secs(3), Instant::now());
+    while Instant::now() < deadline && steady.elapsed() < Duration::from_millis(300) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = uevents_text(&before, &named(uevent_counts()));
+        if now != seen {
+            (seen, steady) = (now, Instant::now());
+        }
+    }
+    seen
+}
+
 async fn mdev_section(w: &mut World, r: &mut Report) {
     let m = w.manager().await;
 
@@ -563,6 +645,7 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
     );
 
     // Create.
+    let uevents0 = uevent_counts();
     let created = m
         .create_device(
             "mtty-2",
@@ -598,6 +681,9 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
             .unwrap_or(false),
     );
     info(format!("mdev device directory: {}", listing(&dev)));
+    // The uevents the create brought, as vgpud applied them: the simulated kernel must send
+    // what the real one does.
+    r.fact("mdev.create.uevents", uevents_since(&uevents0).await);
     info(format!(
         "mtty parent directory: {}",
         listing(&w.root("sys/class/mdev_bus/mtty/"))
@@ -1341,6 +1427,7 @@ async fn pci_section(w: &mut World, r: &mut Report) {
     // GPU A (the second adapter, its framebuffer fb1) with its function 1 (the e1000e, like a
     // GPU's audio function) goes to vfio-pci: a framebuffer that is not the console's is no
     // reason to refuse.
+    let uevents0 = uevent_counts();
     let a_try = m
         .create_device(
             "passthrough",
@@ -1353,6 +1440,7 @@ async fn pci_section(w: &mut World, r: &mut Report) {
         .await;
     let drivers = (pci_driver(w, &gpu_a), pci_driver(w, &nic));
     r.fact("pci.passthrough.drivers", format!("{drivers:?}"));
+    r.fact("pci.passthrough.uevents", uevents_since(&uevents0).await);
     console_info(w, "GPU A passed through");
     r.fact("pci.passthrough.framebuffers", framebuffers(w));
     r.fact("pci.passthrough.vtconsoles", vtconsoles(w));
@@ -1595,6 +1683,8 @@ async fn main() {
         facts: Vec::new(),
     };
     let mut w = World::start_bus(args);
+    let metrics = METRICS.get_or_init(|| metrics_address(w.real())).clone();
+    w.metrics = Some(metrics);
     let started = w.start_vgpud().await;
     r.check("start", started.is_ok(), format!("{started:?}"));
     if let Ok(t) = started {

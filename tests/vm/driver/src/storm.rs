@@ -42,14 +42,15 @@ use std::time::{Duration, Instant};
 
 use zbus::Variant;
 
-use super::{error_text, info, link_name, opts, read_trim, ManagerProxy, Report, World};
+use super::{
+    error_text, info, link_name, metrics_text, opts, read_trim, uevent_counts, uevents_text,
+    ManagerProxy, Report, World,
+};
 
 const TYPE: &str = "mtty-1";
 const PARENT: &str = "mtty";
 const ROUNDS: usize = 3;
 const CONNECTIONS: usize = 4;
-/// Where the measured vgpud serves its metrics, on the VM's loopback.
-const METRICS: &str = "127.0.0.1:9835";
 /// The parts of its CPU time vgpud counts (`vgpud_PART_cpu_seconds_total`), the process's
 /// whole last.
 const CPU_PARTS: [&str; 7] = [
@@ -61,48 +62,6 @@ const CPU_PARTS: [&str; 7] = [
     "simulated_kernel",
     "process",
 ];
-
-/// vgpud's metrics as it serves them; `None` when they cannot be read.
-fn metrics_text() -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(METRICS).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    Some(text)
-}
-
-/// The uevents vgpud applied so far, by their labels (subsystem and action).
-fn uevent_counts() -> Vec<(String, f64)> {
-    let text = metrics_text().unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let (labels, v) = l.strip_prefix("vgpud_uevents_total")?.rsplit_once(' ')?;
-            Some((labels.to_string(), v.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// The uevents applied between two [`uevent_counts`], in words.
-fn uevents_text(before: &[(String, f64)], after: &[(String, f64)]) -> String {
-    let seen: Vec<String> = after
-        .iter()
-        .filter_map(|(labels, n)| {
-            let was = before
-                .iter()
-                .find(|(l, _)| l == labels)
-                .map_or(0.0, |(_, v)| *v);
-            (n - was > 0.0).then(|| format!("{labels} {}", n - was))
-        })
-        .collect();
-    if seen.is_empty() {
-        "no uevent applied".into()
-    } else {
-        format!("uevents applied: {}", seen.join(", "))
-    }
-}
 
 /// vgpud's CPU seconds by part (in the order of [`CPU_PARTS`]), from its metrics; `None`
 /// when they cannot be read.
@@ -836,9 +795,7 @@ pub async fn section(w: &mut World, r: &mut Report) {
     }
     let mut f = Figures::default();
     let mut bad = Failures::default();
-    // The vgpud measured: an optimized build where one was given (mdevctl is one too), with
-    // its metrics on.
-    w.metrics = Some(METRICS.into());
+    // The vgpud measured: an optimized build where one was given (mdevctl is one too).
     if let Some(v) = w.args.storm_vgpud.clone() {
         w.term_vgpud();
         w.args.vgpud = v;
