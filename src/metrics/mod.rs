@@ -213,47 +213,25 @@ pub fn render_counters() -> String {
         "Kernel uevents applied, by subsystem and action",
         c.uevents.clone(),
     );
-    let cpu = |part| {
+    let cpu = |seconds: f64| {
         let c: Counter<f64, AtomicU64> = Counter::default();
-        c.inc_by(cpu::seconds(part));
+        c.inc_by(seconds);
         c
     };
-    r.register(
-        "simulated_kernel_cpu_seconds",
-        "CPU time vgpud's process spent in the simulated kernel (a simulated host only: its side effects and uevents run in vgpud's process)",
-        cpu(cpu::Part::SimulatedKernel),
-    );
-    r.register(
-        "nvml_cpu_seconds",
-        "CPU time vgpud's process spent in calls of the NVML library",
-        cpu(cpu::Part::Nvml),
-    );
-    r.register(
-        "kernel_write_cpu_seconds",
-        "CPU time of vgpud's writes to sysfs on a real host: the kernel's own work in them (a create runs the mdev driver's callback in the writing thread)",
-        cpu(cpu::Part::KernelWrites),
-    );
-    r.register(
-        "persistence_cpu_seconds",
-        "CPU time vgpud's process spent in its state's journal, intents, definitions and records",
-        cpu(cpu::Part::Persistence),
-    );
-    r.register(
-        "engine_call_cpu_seconds",
-        "CPU time of the engine's work in calls from the bus, less the kernel's, NVML's and persistence's counted apart",
-        cpu(cpu::Part::EngineCalls),
-    );
-    r.register(
-        "uevent_cpu_seconds",
-        "CPU time vgpud's process spent applying the kernel's uevents, less the parts counted apart",
-        cpu(cpu::Part::Uevents),
-    );
-    let process: Counter<f64, AtomicU64> = Counter::default();
-    process.inc_by(cpu::process_seconds());
+    for (name, help, part) in [
+        ("simulated_kernel_cpu_seconds", "CPU time vgpud's process spent in the simulated kernel (a simulated host only: its side effects and uevents run in vgpud's process)", cpu::Part::SimulatedKernel),
+        ("nvml_cpu_seconds", "CPU time vgpud's process spent in calls of the NVML library", cpu::Part::Nvml),
+        ("kernel_write_cpu_seconds", "CPU time of vgpud's writes to sysfs on a real host: the kernel's own work in them (a create runs the mdev driver's callback in the writing thread)", cpu::Part::KernelWrites),
+        ("persistence_cpu_seconds", "CPU time vgpud's process spent in its state's journal, intents, definitions and records", cpu::Part::Persistence),
+        ("engine_call_cpu_seconds", "CPU time of the engine's work in calls from the bus, less the kernel's, NVML's and persistence's counted apart", cpu::Part::EngineCalls),
+        ("uevent_cpu_seconds", "CPU time vgpud's process spent applying the kernel's uevents, less the parts counted apart", cpu::Part::Uevents),
+    ] {
+        r.register(name, help, cpu(cpu::seconds(part)));
+    }
     r.register(
         "process_cpu_seconds",
         "CPU time of vgpud's whole process (all threads, user and system); less the parts above, the bus, the async runtime and publishing",
-        process,
+        cpu(cpu::process_seconds()),
     );
     r.register(
         "pool_work",

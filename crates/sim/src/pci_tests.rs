@@ -192,20 +192,25 @@ fn driver_override_reads_null_when_unset() {
     bind(&host, "nvidia", CLEAN).expect("matches again");
 }
 
+/// Sets each function's `driver_override` to vfio-pci and unbinds it from its driver.
+fn override_to_vfio_pci(host: &SimHost, bdfs: &[&str]) {
+    for bdf in bdfs {
+        write(
+            host,
+            &format!("bus/pci/devices/{bdf}/driver_override"),
+            "vfio-pci",
+        )
+        .expect("override");
+        write(host, &format!("bus/pci/devices/{bdf}/driver/unbind"), bdf).expect("unbind");
+    }
+}
+
 #[test]
 fn vfio_pci_binds_by_override_and_owns_the_group_node() {
     let (dir, host) = host("passthrough");
     let before = snapshot(dir.path());
     let audio = "0000:21:00.1";
-    for bdf in [CLEAN, audio] {
-        write(
-            &host,
-            &format!("bus/pci/devices/{bdf}/driver_override"),
-            "vfio-pci",
-        )
-        .expect("override");
-        write(&host, &format!("bus/pci/devices/{bdf}/driver/unbind"), bdf).expect("unbind");
-    }
+    override_to_vfio_pci(&host, &[CLEAN, audio]);
     assert!(vfio_groups(&host).is_empty());
     write(&host, "bus/pci/drivers_probe", CLEAN).expect("probe");
     assert_eq!(driver(&host, CLEAN).as_deref(), Some("vfio-pci"));
@@ -250,15 +255,7 @@ fn vfio_pci_binds_by_override_and_owns_the_group_node() {
 fn a_vfio_pci_bind_announces_the_group_node_and_the_vfio_device_before_the_bind() {
     let (_dir, host) = host("passthrough");
     let audio = "0000:21:00.1";
-    for bdf in [CLEAN, audio] {
-        write(
-            &host,
-            &format!("bus/pci/devices/{bdf}/driver_override"),
-            "vfio-pci",
-        )
-        .expect("override");
-        write(&host, &format!("bus/pci/devices/{bdf}/driver/unbind"), bdf).expect("unbind");
-    }
+    override_to_vfio_pci(&host, &[CLEAN, audio]);
     let listener = super::tests::uevent_listener(&host);
     let of = |bdf: &str| {
         let d = host.resolve(&dev(&host, bdf)).expect("device");
