@@ -868,7 +868,9 @@ async fn mdev_section(w: &mut World, r: &mut Report) {
     r.fact("mdev.fill.removed", removed);
 
     // Remove.
+    let uevents0 = uevent_counts();
     let rm = m.remove_device(U1, opts(&[])).await;
+    r.fact("mdev.remove.uevents", uevents_since(&uevents0).await);
     let gone = !dev.exists();
     let node_gone = node.as_ref().is_none_or(|n| !n.exists());
     r.fact("mdev.remove.sysfs_gone", gone);
@@ -1530,7 +1532,12 @@ async fn pci_section(w: &mut World, r: &mut Report) {
     );
 
     // Removal gives the functions back.
+    let uevents0 = uevent_counts();
     let rm = m_remove(w, PT1).await;
+    r.fact(
+        "pci.passthrough.remove.uevents",
+        uevents_since(&uevents0).await,
+    );
     // The e1000e probe is asynchronous to nothing here (drivers_probe), but give it a moment.
     let t0 = Instant::now();
     while (pci_driver(w, &nic) != "e1000e" || pci_driver(w, &gpu_a) != "bochs-drm")
