@@ -1,11 +1,8 @@
 //! `org.vgpud1.Manager` at `/org/vgpud1`. Each method checks its options, hands the work to
 //! the engine on the blocking pool, and publishes the result: objects, signals, properties.
 
-use std::sync::Arc;
-
-use crate::metrics::cpu::{measure, Part::EngineCalls};
-
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
@@ -22,6 +19,7 @@ use crate::engine::{
     TypeInfo,
 };
 use crate::libvirt::{AttachOptions, Change, LibvirtOps};
+use crate::metrics::cpu::{measure, Part::EngineCalls};
 use crate::xml;
 
 /// The manager object.

@@ -33,17 +33,9 @@ pub enum Part {
     Uevents,
 }
 
-/// Every part, in the order of [`Part`].
-pub const PARTS: [Part; 6] = [
-    Part::SimulatedKernel,
-    Part::Nvml,
-    Part::KernelWrites,
-    Part::Persistence,
-    Part::EngineCalls,
-    Part::Uevents,
-];
-
-static NANOS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+/// Each part's nanoseconds, by [`Part`] (the last is `Uevents`).
+static NANOS: [AtomicU64; Part::Uevents as usize + 1] =
+    [const { AtomicU64::new(0) }; Part::Uevents as usize + 1];
 
 thread_local! {
     /// The CPU time of this thread's measurements so far, so that an enclosing one can leave

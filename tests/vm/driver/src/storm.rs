@@ -551,6 +551,56 @@ fn note(slot: &mut Option<String>, round: usize, what: &str, r: Result<(), Strin
     }
 }
 
+/// One storm of vgpud measured: its creates, vgpud's CPU split over them and the uevents
+/// they brought, the devices checked, then removed by a storm and checked gone.
+struct Measured {
+    create: Timed,
+    remove: Timed,
+    made: usize,
+    cpu: Option<Vec<f64>>,
+    uevents: String,
+}
+
+/// Waits for the room, then runs a [`Measured`] storm of `room` creates (`persistent` or
+/// not); a failure is noted under `what`.
+async fn measured_storm(
+    w: &World,
+    ps: &[ManagerProxy<'static>],
+    room: usize,
+    persistent: bool,
+    round: usize,
+    what: &str,
+    bad: &mut Failures,
+) -> Measured {
+    if let Err(e) = wait_room(w, room).await {
+        note(
+            &mut bad.vgpud_made,
+            round,
+            &format!("before the {what}"),
+            Err(e),
+        );
+    }
+    let (cpu0, ue0) = (cpu_parts(), uevent_counts());
+    let (create, made) = vgpud_storm(ps, room, persistent).await;
+    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
+    let uevents = uevents_text(&ue0, &uevent_counts());
+    let check = verify(w, &made, room, persistent).map_err(|e| e + &first_error(&create.errors));
+    note(&mut bad.vgpud_made, round, what, check);
+    let remove = vgpud_remove_storm(ps, &made).await;
+    let check = verify_gone(w, &made, room).map_err(|e| e + &first_error(&remove.errors));
+    note(&mut bad.vgpud_removed, round, what, check.clone());
+    if check.is_err() {
+        force_clean(w, &made);
+    }
+    Measured {
+        create,
+        remove,
+        made: made.len(),
+        cpu,
+        uevents,
+    }
+}
+
 async fn vgpud_round(
     w: &World,
     conns: &[zbus::Connection],
@@ -559,9 +609,6 @@ async fn vgpud_round(
     f: &mut Figures,
     bad: &mut Failures,
 ) {
-    if let Err(e) = wait_room(w, room).await {
-        note(&mut bad.vgpud_made, round, "before the storm", Err(e));
-    }
     let ps = match proxies(conns).await {
         Ok(ps) => ps,
         Err(e) => {
@@ -590,99 +637,53 @@ async fn vgpud_round(
     f.ping.push(median(&pings));
 
     // The storm.
-    let (cpu0, ue0) = (cpu_parts(), uevent_counts());
-    let (c, made) = vgpud_storm(&ps, room, true).await;
-    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
-    let ue = uevents_text(&ue0, &uevent_counts());
-    let check = verify_made(w, &made, room).map_err(|e| e + &first_error(&c.errors));
-    note(&mut bad.vgpud_made, round, "storm", check);
-    let rm = vgpud_remove_storm(&ps, &made).await;
-    let check = verify_gone(w, &made, room).map_err(|e| e + &first_error(&rm.errors));
-    note(&mut bad.vgpud_removed, round, "storm", check.clone());
-    if check.is_err() {
-        force_clean(w, &made);
-    }
-    let per = c.wall_ms / room as f64;
-    let rm_per = rm.wall_ms / made.len().max(1) as f64;
+    let m = measured_storm(w, &ps, room, true, round, "storm", bad).await;
+    let per = m.create.wall_ms / room as f64;
+    let rm_per = m.remove.wall_ms / m.made.max(1) as f64;
     info(format!(
         "storm round {round}: vgpud, {room} concurrent CreateDevice over {} connections: {:.1} ms, {per:.2} ms per device, latency p50 {:.1} ms max {:.1} ms; {} concurrent RemoveDevice: {:.1} ms, {rm_per:.2} ms per device",
         ps.len(),
-        c.wall_ms,
-        median(&c.latencies),
-        percentile(&c.latencies, 1.0),
-        made.len(),
-        rm.wall_ms
+        m.create.wall_ms,
+        median(&m.create.latencies),
+        percentile(&m.create.latencies, 1.0),
+        m.made,
+        m.remove.wall_ms
     ));
     info(format!(
-        "storm round {round}: persistent creates: {}; {ue}",
-        split_text(&cpu)
+        "storm round {round}: persistent creates: {}; {}",
+        split_text(&m.cpu),
+        m.uevents
     ));
-    f.persistent_cpu.extend(cpu);
+    f.persistent_cpu.extend(m.cpu);
     f.storm_per_device.push(per);
-    f.storm_latencies.extend(&c.latencies);
+    f.storm_latencies.extend(&m.create.latencies);
     f.storm_remove_per_device.push(rm_per);
 
     // The same storm of transient devices (no definition to write): what persistence costs.
-    if let Err(e) = wait_room(w, room).await {
-        note(
-            &mut bad.vgpud_made,
-            round,
-            "before the transient storm",
-            Err(e),
-        );
-    }
-    let (cpu0, ue0) = (cpu_parts(), uevent_counts());
-    let (t, made) = vgpud_storm(&ps, room, false).await;
-    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
-    let ue = uevents_text(&ue0, &uevent_counts());
-    let check = verify(w, &made, room, false).map_err(|e| e + &first_error(&t.errors));
-    note(&mut bad.vgpud_made, round, "transient storm", check);
-    let rm = vgpud_remove_storm(&ps, &made).await;
-    let check = verify_gone(w, &made, room).map_err(|e| e + &first_error(&rm.errors));
-    note(
-        &mut bad.vgpud_removed,
-        round,
-        "transient storm",
-        check.clone(),
-    );
-    if check.is_err() {
-        force_clean(w, &made);
-    }
-    let tper = t.wall_ms / room as f64;
+    let m = measured_storm(w, &ps, room, false, round, "transient storm", bad).await;
+    let tper = m.create.wall_ms / room as f64;
     info(format!(
         "storm round {round}: vgpud, {room} concurrent transient CreateDevice: {:.1} ms, {tper:.2} ms per device",
-        t.wall_ms
+        m.create.wall_ms
     ));
     info(format!(
-        "storm round {round}: transient creates: {}; {ue}",
-        split_text(&cpu)
+        "storm round {round}: transient creates: {}; {}",
+        split_text(&m.cpu),
+        m.uevents
     ));
-    f.transient_cpu.extend(cpu);
+    f.transient_cpu.extend(m.cpu);
     f.transient_per_device.push(tper);
 
     // The persistent storm again: the first storm after vgpud starts costs more than later
     // ones (rounds 0 and 1 start vgpud just before theirs), so a warm vgpud is measured too.
-    if let Err(e) = wait_room(w, room).await {
-        note(&mut bad.vgpud_made, round, "before the warm storm", Err(e));
-    }
-    let cpu0 = cpu_parts();
-    let (c, made) = vgpud_storm(&ps, room, true).await;
-    let cpu = cpu_split(cpu0, cpu_parts(), made.len());
-    let check = verify_made(w, &made, room).map_err(|e| e + &first_error(&c.errors));
-    note(&mut bad.vgpud_made, round, "warm storm", check);
-    let rm = vgpud_remove_storm(&ps, &made).await;
-    let check = verify_gone(w, &made, room).map_err(|e| e + &first_error(&rm.errors));
-    note(&mut bad.vgpud_removed, round, "warm storm", check.clone());
-    if check.is_err() {
-        force_clean(w, &made);
-    }
-    let wper = c.wall_ms / room as f64;
+    let m = measured_storm(w, &ps, room, true, round, "warm storm", bad).await;
+    let wper = m.create.wall_ms / room as f64;
     info(format!(
         "storm round {round}: vgpud warm, {room} concurrent persistent CreateDevice: {:.1} ms, {wper:.2} ms per device; {}",
-        c.wall_ms,
-        split_text(&cpu)
+        m.create.wall_ms,
+        split_text(&m.cpu)
     ));
-    f.warm_cpu.extend(cpu);
+    f.warm_cpu.extend(m.cpu);
     f.warm_per_device.push(wper);
 
     // One call after the other.
