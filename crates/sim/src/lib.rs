@@ -39,6 +39,8 @@
 //!   `<type>/devices/<uuid>`, all links relative; then `available_instances` of every type of
 //!   the parent is recomputed.
 //! - `<mdev>/remove`: parsed as `kstrtoul`, `0` is a no-op, other numbers undo all of the above.
+//!   These two are also applied when another process writes them straight into the tree (a
+//!   shell's `echo`, `mdevctl start`): [`TreeWrites`] watches them.
 //! - `sys/bus/pci/drivers/<drv>/bind` ← BDF: unknown device `ENODEV`; a driver that does not
 //!   match it `ENODEV`; a bound device `EBUSY`; a failing probe its errno (vfio-pci without an
 //!   IOMMU group `EINVAL`; a VF whose PF has `sriov_drivers_autoprobe` 0 and no override
@@ -109,6 +111,7 @@ mod profiles;
 mod rules;
 mod sriov;
 mod tool;
+mod tree_writes;
 pub mod uevent;
 mod vgpu;
 
@@ -120,6 +123,7 @@ pub use host::SimHost;
 pub use profiles::{profile_names, profiles, write_profile};
 pub use rules::refresh_available;
 pub use tool::ToolOutput;
+pub use tree_writes::{TreeWrite, TreeWrites};
 
 /// PCI vendor ids (the PCI-SIG's assignments) the profiles write and the simulated drivers
 /// match: the simulator's own, not the daemon's.

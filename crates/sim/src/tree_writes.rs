@@ -1,0 +1,285 @@
+//! Writes another process makes straight into the tree's mdev attributes: `echo UUID >
+//! <type>/create` from a shell, `mdevctl start` with `MDEVCTL_ENV_ROOT` (which writes the
+//! UUID to `create`), `echo 1 > <mdev>/remove` or `mdevctl stop`.
+//!
+//! On a real host such a write runs the attribute's store method in the kernel. A simulated
+//! tree is plain files, so the write only changes a file; [`TreeWrites`] watches the files with
+//! inotify and, when a writer closes `create` or `remove` with something in it, empties the
+//! file again and runs the write through the simulated kernel: its side effects, and the
+//! uevents a daemon on the host hears. Watched: every type directory of every mdev parent
+//! (`sys/class/mdev_bus/<parent>/mdev_supported_types/<type>`) and every mdev's directory;
+//! parents and mdevs that come later are watched as they appear (`sys/class/mdev_bus` and
+//! `sys/bus/mdev/devices`). Writes through the simulator itself ([`crate::Simulator::write`],
+//! `vgpud sim-host --poke`) never touch these files, so they are not applied twice.
+//!
+//! What a file cannot do: give the writer the kernel's errno (its write succeeded on a file;
+//! a refusal is only given to [`TreeWrites`]' caller, and `--poke` is the way to get the
+//! errno), and keep two writes to one file that land before the first is read (the second
+//! replaces the first).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+/// The largest value read from a watched file: a UUID and a newline is 37 bytes, so anything
+/// this long is refused by the simulated kernel anyway.
+const MAX_VALUE: u64 = 4096;
+
+/// One write another process made into the tree, run through the simulated kernel.
+#[derive(Debug)]
+pub struct TreeWrite {
+    /// The attribute written (`…/create` or `…/remove`).
+    pub path: PathBuf,
+    /// What the writer wrote.
+    pub value: String,
+    /// What the kernel made of it: the errno a real kernel would have given the writer.
+    pub result: io::Result<()>,
+}
+
+/// What a watched directory is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Watched {
+    /// `sys/class`, `sys/bus`, `sys/bus/mdev`: where the two below may come.
+    Top,
+    /// `sys/class/mdev_bus`: new parents.
+    Parents,
+    /// `sys/bus/mdev/devices`: new mdevs.
+    Devices,
+    /// A type directory: its `create`.
+    Type(PathBuf),
+    /// An mdev's directory: its `remove`.
+    Mdev(PathBuf),
+}
+
+/// The inotify instance and what each of its watches is.
+struct Watches {
+    inotify: Inotify,
+    root: PathBuf,
+    by_wd: HashMap<WatchDescriptor, Watched>,
+}
+
+impl Watches {
+    fn add(&mut self, dir: &Path, what: Watched) {
+        let mask = match what {
+            Watched::Top | Watched::Parents | Watched::Devices => {
+                AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR
+            }
+            Watched::Type(_) | Watched::Mdev(_) => {
+                AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_ONLYDIR
+            }
+        };
+        // A directory that went meanwhile, or the user's watch limit: not watched.
+        if let Ok(wd) = self.inotify.add_watch(dir, mask) {
+            self.by_wd.insert(wd, what);
+        }
+    }
+
+    /// Watches the type directories of the parent at `parent` (a link or its target), and
+    /// applies what was written into their `create` before.
+    fn add_parent(&mut self, parent: &Path) -> Vec<TreeWrite> {
+        let base = parent.join("mdev_supported_types");
+        let mut applied = Vec::new();
+        for ty in crate::fsx::list(&base).unwrap_or_default() {
+            if let Ok(dir) = fs::canonicalize(base.join(ty)) {
+                self.add(&dir.clone(), Watched::Type(dir.clone()));
+                applied.extend(apply(&self.root, &dir.join("create")));
+            }
+        }
+        applied
+    }
+
+    /// Watches the directory of the mdev whose bus link is `link`, and applies what was
+    /// written into its `remove` before (a writer quicker than the watch).
+    fn add_mdev(&mut self, link: &Path) -> Option<TreeWrite> {
+        let dir = fs::canonicalize(link).ok()?;
+        self.add(&dir.clone(), Watched::Mdev(dir.clone()));
+        apply(&self.root, &dir.join("remove"))
+    }
+
+    /// Watches everything there is now, and applies what was written before.
+    fn add_all(&mut self) -> Vec<TreeWrite> {
+        for top in ["sys/class", "sys/bus", "sys/bus/mdev"] {
+            self.add(&self.root.join(top), Watched::Top);
+        }
+        let parents = self.root.join("sys/class/mdev_bus");
+        let devices = self.root.join("sys/bus/mdev/devices");
+        self.add(&parents, Watched::Parents);
+        self.add(&devices, Watched::Devices);
+        let mut applied = Vec::new();
+        for p in crate::fsx::list(&parents).unwrap_or_default() {
+            applied.extend(self.add_parent(&parents.join(p)));
+        }
+        for d in crate::fsx::list(&devices).unwrap_or_default() {
+            applied.extend(self.add_mdev(&devices.join(d)));
+        }
+        applied
+    }
+}
+
+/// The writes other processes make into a simulated tree, applied as they are made (see the
+/// module's doc).
+pub struct TreeWrites {
+    watches: Watches,
+}
+
+impl TreeWrites {
+    /// Watches the tree at `root`; gives back too what was written into it before, applied.
+    pub fn watch(root: &Path) -> io::Result<(TreeWrites, Vec<TreeWrite>)> {
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC).map_err(io::Error::from)?;
+        let mut watches = Watches {
+            inotify,
+            root: root.to_path_buf(),
+            by_wd: HashMap::new(),
+        };
+        let before = watches.add_all();
+        Ok((TreeWrites { watches }, before))
+    }
+
+    /// Waits for the next writes and applies them; empty when what came was no such write.
+    pub fn wait(&mut self) -> io::Result<Vec<TreeWrite>> {
+        let events = match self.watches.inotify.read_events() {
+            Ok(events) => events,
+            Err(nix::errno::Errno::EINTR) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut applied = Vec::new();
+        for event in events {
+            if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                // Events were lost: look at everything again.
+                applied.extend(self.watches.add_all());
+                continue;
+            }
+            let Some(what) = self.watches.by_wd.get(&event.wd).cloned() else {
+                continue;
+            };
+            if event.mask.contains(AddWatchFlags::IN_IGNORED) {
+                self.watches.by_wd.remove(&event.wd);
+                continue;
+            }
+            let Some(name) = event.name.as_ref().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let root = self.watches.root.clone();
+            match what {
+                Watched::Top => applied.extend(self.watches.add_all()),
+                Watched::Parents => {
+                    let parent = root.join("sys/class/mdev_bus").join(name);
+                    applied.extend(self.watches.add_parent(&parent));
+                }
+                Watched::Devices => {
+                    let link = root.join("sys/bus/mdev/devices").join(name);
+                    applied.extend(self.watches.add_mdev(&link));
+                }
+                Watched::Type(dir) if name == "create" => {
+                    applied.extend(apply(&root, &dir.join(name)));
+                }
+                Watched::Mdev(dir) if name == "remove" => {
+                    applied.extend(apply(&root, &dir.join(name)));
+                }
+                Watched::Type(_) | Watched::Mdev(_) => {}
+            }
+        }
+        Ok(applied)
+    }
+}
+
+/// Runs what a writer left in the attribute at `path` through the simulated kernel, after
+/// emptying the file; nothing when it is empty (as the simulator leaves it), not a regular
+/// file, or gone.
+fn apply(root: &Path, path: &Path) -> Option<TreeWrite> {
+    let meta = fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.size() == 0 {
+        return None;
+    }
+    let value = if meta.size() > MAX_VALUE {
+        "x".repeat(usize::try_from(MAX_VALUE).unwrap_or(4096) + 1)
+    } else {
+        String::from_utf8_lossy(&fs::read(path).ok()?).into_owned()
+    };
+    // Emptied first, so that the next writer's value is not mistaken for this one's.
+    fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .ok()?;
+    if value.is_empty() {
+        return None;
+    }
+    let result = crate::Simulator::new().write(root, path, &value);
+    Some(TreeWrite {
+        path: path.to_path_buf(),
+        value,
+        result,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CREATE: &str = "sys/class/mdev_bus/mtty/mdev_supported_types/mtty-1/create";
+    const ONE: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001";
+    const TWO: &str = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1002";
+
+    /// The next writes applied, waiting past events that were none.
+    fn next_applied(writes: &mut TreeWrites) -> Vec<TreeWrite> {
+        loop {
+            let applied = writes.wait().expect("wait");
+            if !applied.is_empty() {
+                return applied;
+            }
+        }
+    }
+
+    #[test]
+    fn writes_into_create_and_remove_run_through_the_simulated_kernel() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        crate::write_profile("mtty", &root).expect("profile");
+        // Written before anybody watched: applied when the watch starts.
+        fs::write(root.join(CREATE), format!("{ONE}\n")).expect("echo");
+        let (mut writes, before) = TreeWrites::watch(&root).expect("watch");
+        assert_eq!(before.len(), 1, "{before:?}");
+        assert!(before[0].result.is_ok(), "{before:?}");
+        assert!(root.join(format!("sys/bus/mdev/devices/{ONE}")).exists());
+        assert_eq!(fs::read(root.join(CREATE)).expect("create"), b"");
+
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = root.clone();
+        std::thread::spawn(move || {
+            // mdevctl's start: the UUID alone, 36 bytes.
+            fs::write(worker.join(CREATE), TWO).expect("write");
+            let made = next_applied(&mut writes);
+            // A UUID the kernel refuses (it exists): the kernel's errno, and nothing made.
+            fs::write(worker.join(CREATE), TWO).expect("write");
+            let refused = next_applied(&mut writes);
+            // mdevctl's stop, through the bus link.
+            fs::write(
+                worker.join(format!("sys/bus/mdev/devices/{ONE}/remove")),
+                "1",
+            )
+            .expect("write");
+            let removed = next_applied(&mut writes);
+            let _ = tx.send((made, refused, removed));
+        });
+        let (made, refused, removed) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writes applied within 10 s");
+        assert_eq!(made.len(), 1);
+        assert_eq!(made[0].value, TWO);
+        assert!(made[0].result.is_ok(), "{made:?}");
+        assert!(root.join(format!("sys/bus/mdev/devices/{TWO}")).exists());
+        assert_eq!(
+            refused[0].result.as_ref().map_err(io::Error::raw_os_error),
+            Err(Some(nix::libc::EEXIST)),
+            "{refused:?}"
+        );
+        assert!(removed[0].path.ends_with("remove"), "{removed:?}");
+        assert!(removed[0].result.is_ok(), "{removed:?}");
+        assert!(!root.join(format!("sys/bus/mdev/devices/{ONE}")).exists());
+    }
+}
