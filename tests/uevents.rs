@@ -417,6 +417,86 @@ async fn a_shell_write_through_sim_host_poke_is_announced_like_the_kernels() {
     assert_eq!(poke("etc/passwd", "x").status.code(), Some(2));
 }
 
+/// What a stream gives next, within 1 s (with no call to vgpud meanwhile).
+async fn within_a_second<T>(
+    stream: &mut (impl futures_util::Stream<Item = T> + Unpin),
+    what: &str,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(1), stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("{what} within 1 s, with no call"))
+        .expect("stream")
+}
+
+#[tokio::test]
+async fn writes_into_the_simulated_tree_by_the_real_mdevctl_and_a_shell_are_applied_and_announced()
+{
+    let (s, addr) = setup(&["mtty"]).await;
+    let m = s.manager().await;
+    let mut created = m.receive_device_created().await.expect("DeviceCreated");
+    let mut removed = m.receive_device_removed().await.expect("DeviceRemoved");
+    let looks = all_full_looks(&addr);
+    let create = s.host.path(MTTY_CREATE);
+    let sh = |command: String| {
+        let out = Command::new("sh")
+            .args(["-c", &command])
+            .output()
+            .expect("sh");
+        assert!(out.status.success(), "{command}: {out:?}");
+    };
+    let mut created = (&mut created).map(|sig| sig.args().expect("args").uuid.to_string());
+    let mut removed = (&mut removed).map(|sig| sig.args().expect("args").uuid.to_string());
+
+    // mdevctl 1.4 starts a device by writing its UUID to the type's `create` file.
+    let one = uuid(11);
+    let out = s
+        .host
+        .mdevctl(&["start", "-u", &one, "-p", "mtty", "-t", "mtty-1"]);
+    assert!(out.status.success(), "mdevctl start: {out:?}");
+    assert_eq!(within_a_second(&mut created, "DeviceCreated").await, one);
+    assert!(s
+        .host
+        .path(&format!("sys/bus/mdev/devices/{one}/mdev_type"))
+        .exists());
+    assert_eq!(
+        std::fs::read(&create).expect("create"),
+        b"",
+        "emptied again"
+    );
+    let active = s.host.mdevctl_json(&["list", "--dumpjson"]).to_string();
+    assert!(active.contains(&one), "mdevctl lists it: {active}");
+    // And stops it by writing 1 to its `remove`.
+    let out = s.host.mdevctl(&["stop", "-u", &one]);
+    assert!(out.status.success(), "mdevctl stop: {out:?}");
+    assert_eq!(within_a_second(&mut removed, "DeviceRemoved").await, one);
+
+    // A shell's echo: the UUID and its newline (37 bytes, as the kernel takes them).
+    let two = uuid(12);
+    sh(format!("echo {two} > '{}'", create.display()));
+    assert_eq!(within_a_second(&mut created, "DeviceCreated").await, two);
+    let remove = s.host.path(&format!("sys/bus/mdev/devices/{two}/remove"));
+    sh(format!("echo 1 > '{}'", remove.display()));
+    assert_eq!(within_a_second(&mut removed, "DeviceRemoved").await, two);
+
+    // What the kernel refuses makes nothing; the writer got no error, vgpud's log says why.
+    sh(format!("echo not-a-uuid > '{}'", create.display()));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let log = s.daemon.log_text();
+        if log.lines().any(|l| {
+            l.contains("refused a write another process made")
+                && l.contains("value=not-a-uuid")
+                && l.contains("Invalid argument")
+        }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the refusal is logged:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(listed(&m).await.is_empty());
+    assert_eq!(all_full_looks(&addr), looks, "the uevents told it all");
+}
+
 #[test]
 fn the_real_kernels_uevents_are_read_from_netlink_and_parsed() {
     const TEST: &str = "the_real_kernels_uevents_are_read_from_netlink_and_parsed";

@@ -321,6 +321,7 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
             None
         }
     };
+    follow_tree_writes(engine.host());
     let watcher = tokio::spawn(watch::run(
         engine.clone(),
         config.poll_interval,
@@ -533,4 +534,31 @@ async fn start_metrics(config: &Config, engine: &Arc<Engine>) -> Vec<tokio::task
         )));
     }
     tasks
+}
+
+/// On a simulated host, has the simulated kernel apply the writes other processes make into
+/// the tree (a shell's `echo UUID > create`, `mdevctl start`), logging each: the uevents they
+/// bring tell vgpud of the change, as on a real host.
+fn follow_tree_writes(host: &Host) {
+    let report = |w: crate::host::TreeWrite| {
+        let path = w.path.display().to_string();
+        let value: String = w.value.trim_end().chars().take(64).collect();
+        match &w.result {
+            Ok(()) => {
+                tracing::info!(%path, %value, "the simulated kernel applied a write another process made into the tree")
+            }
+            Err(e) => {
+                tracing::warn!(%path, %value, error = %e, "the simulated kernel refused a write another process made into the tree (its writer got no error: vgpud sim-host --poke gives the errno)")
+            }
+        }
+    };
+    match host.follow_tree_writes(Box::new(report)) {
+        Ok(true) => {
+            tracing::info!("applying the writes other processes make into the simulated tree")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the simulated tree: writes other processes make into it are not applied (vgpud sim-host --poke still is)")
+        }
+    }
 }

@@ -33,6 +33,26 @@ pub trait SimulatedKernel: Send + Sync {
 
     /// Finishes an operation a killed process left half-done.
     fn recover(&self, root: &Path) -> io::Result<()>;
+
+    /// From now on, applies the writes other processes make straight into the tree's mdev
+    /// attributes (`echo UUID > create`, `mdevctl start`), as a kernel runs them, and tells
+    /// `report` of each; the writes made before are applied first.
+    fn follow_tree_writes(&self, root: &Path, report: TreeWriteReport) -> io::Result<()>;
+}
+
+/// Where [`SimulatedKernel::follow_tree_writes`] tells of each write it applied.
+pub type TreeWriteReport = Box<dyn Fn(TreeWrite) + Send + Sync>;
+
+/// A write another process made into a simulated tree, and what the simulated kernel made of
+/// it (the errno a real kernel would have given the writer, who got none).
+#[derive(Debug)]
+pub struct TreeWrite {
+    /// The attribute written.
+    pub path: PathBuf,
+    /// What was written.
+    pub value: String,
+    /// What the simulated kernel made of it.
+    pub result: io::Result<()>,
 }
 
 pub mod uevent;
@@ -162,6 +182,16 @@ impl Host {
         match &self.simulator {
             Some(sim) => sim.recover(&self.root),
             None => Ok(()),
+        }
+    }
+
+    /// On a simulated host, applies from now on the writes other processes make straight
+    /// into the tree (see [`SimulatedKernel::follow_tree_writes`]); `false` on a real host,
+    /// whose kernel runs them itself.
+    pub fn follow_tree_writes(&self, report: TreeWriteReport) -> io::Result<bool> {
+        match &self.simulator {
+            Some(sim) => sim.follow_tree_writes(&self.root, report).map(|()| true),
+            None => Ok(false),
         }
     }
 
@@ -412,6 +442,10 @@ mod tests {
         }
         fn recover(&self, root: &Path) -> io::Result<()> {
             self.note(format!("recover {}", root.display()));
+            Ok(())
+        }
+        fn follow_tree_writes(&self, root: &Path, _report: TreeWriteReport) -> io::Result<()> {
+            self.note(format!("follow {}", root.display()));
             Ok(())
         }
     }

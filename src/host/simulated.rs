@@ -5,7 +5,7 @@
 use std::io;
 use std::path::Path;
 
-use super::{SimulatedKernel, ToolOutput};
+use super::{SimulatedKernel, ToolOutput, TreeWrite, TreeWriteReport};
 use crate::metrics::cpu::{measure, Part::SimulatedKernel as Kernel};
 
 impl SimulatedKernel for vgpud_sim::Simulator {
@@ -34,5 +34,27 @@ impl SimulatedKernel for vgpud_sim::Simulator {
 
     fn recover(&self, root: &Path) -> io::Result<()> {
         measure(Kernel, || vgpud_sim::Simulator::recover(self, root))
+    }
+
+    fn follow_tree_writes(&self, root: &Path, report: TreeWriteReport) -> io::Result<()> {
+        let (mut writes, before) = measure(Kernel, || vgpud_sim::TreeWrites::watch(root))?;
+        let tell = move |w: vgpud_sim::TreeWrite| {
+            report(TreeWrite {
+                path: w.path,
+                value: w.value,
+                result: w.result,
+            });
+        };
+        before.into_iter().for_each(&tell);
+        std::thread::Builder::new()
+            .name("vgpud-sim-writes".into())
+            .spawn(move || {
+                // Blocked in its read, the thread spends no CPU: what it counts is the
+                // simulated kernel's work.
+                while let Ok(applied) = measure(Kernel, || writes.wait()) {
+                    applied.into_iter().for_each(&tell);
+                }
+            })?;
+        Ok(())
     }
 }
