@@ -6,11 +6,12 @@
 //! tree is plain files, so the write only changes a file; [`TreeWrites`] watches the files with
 //! inotify and, when a writer closes `create` or `remove` with something in it, empties the
 //! file again and runs the write through the simulated kernel: its side effects, and the
-//! uevents a daemon on the host hears. Watched: every type directory of every mdev parent
-//! (`sys/class/mdev_bus/<parent>/mdev_supported_types/<type>`) and every mdev's directory;
-//! parents and mdevs that come later are watched as they appear (`sys/class/mdev_bus` and
-//! `sys/bus/mdev/devices`). Writes through the simulator itself ([`crate::Simulator::write`],
-//! `vgpud sim-host --poke`) never touch these files, so they are not applied twice.
+//! uevents a daemon on the host hears. Watched: the `create` of every type of every mdev
+//! parent and the `remove` of every mdev (the files themselves, not their directories, where
+//! the simulator's own writes would wake the watcher at every create); parents and mdevs that
+//! come later are watched as they appear (`sys/class/mdev_bus` and `sys/bus/mdev/devices`).
+//! Writes through the simulator itself ([`crate::Simulator::write`], `vgpud sim-host
+//! --poke`) never touch these files, so they are not applied twice.
 //!
 //! What a file cannot do: give the writer the kernel's errno (its write succeeded on a file;
 //! a refusal is only given to [`TreeWrites`]' caller, and `--poke` is the way to get the
@@ -40,7 +41,7 @@ pub struct TreeWrite {
     pub result: io::Result<()>,
 }
 
-/// What a watched directory is.
+/// What a watch is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Watched {
     /// `sys/class`, `sys/bus`, `sys/bus/mdev`: where the two below may come.
@@ -49,10 +50,9 @@ enum Watched {
     Parents,
     /// `sys/bus/mdev/devices`: new mdevs.
     Devices,
-    /// A type directory: its `create`.
-    Type(PathBuf),
-    /// An mdev's directory: its `remove`.
-    Mdev(PathBuf),
+    /// A type's `create` or an mdev's `remove`: the file itself, so that nothing else
+    /// written in its directory (the simulator's own temporary files) wakes the watcher.
+    Attribute(PathBuf),
 }
 
 /// The inotify instance and what each of its watches is.
@@ -63,41 +63,39 @@ struct Watches {
 }
 
 impl Watches {
-    fn add(&mut self, dir: &Path, what: Watched) {
+    fn add(&mut self, path: &Path, what: Watched) {
         let mask = match what {
             Watched::Top | Watched::Parents | Watched::Devices => {
                 AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR
             }
-            Watched::Type(_) | Watched::Mdev(_) => {
-                AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_ONLYDIR
-            }
+            Watched::Attribute(_) => AddWatchFlags::IN_CLOSE_WRITE,
         };
-        // A directory that went meanwhile, or the user's watch limit: not watched.
-        if let Ok(wd) = self.inotify.add_watch(dir, mask) {
+        // A path that went meanwhile, or the user's watch limit: not watched.
+        if let Ok(wd) = self.inotify.add_watch(path, mask) {
             self.by_wd.insert(wd, what);
         }
     }
 
-    /// Watches the type directories of the parent at `parent` (a link or its target), and
-    /// applies what was written into their `create` before.
-    fn add_parent(&mut self, parent: &Path) -> Vec<TreeWrite> {
-        let base = parent.join("mdev_supported_types");
-        let mut applied = Vec::new();
-        for ty in crate::fsx::list(&base).unwrap_or_default() {
-            if let Ok(dir) = fs::canonicalize(base.join(ty)) {
-                self.add(&dir.clone(), Watched::Type(dir.clone()));
-                applied.extend(apply(&self.root, &dir.join("create")));
-            }
-        }
-        applied
+    /// Watches `path` (`create` or `remove`; reached through links, as a writer reaches it)
+    /// and applies what was written into it before (a writer quicker than the watch).
+    fn add_attribute(&mut self, path: PathBuf) -> Option<TreeWrite> {
+        self.add(&path, Watched::Attribute(path.clone()));
+        apply(&self.root, &path)
     }
 
-    /// Watches the directory of the mdev whose bus link is `link`, and applies what was
-    /// written into its `remove` before (a writer quicker than the watch).
+    /// Watches the `create` of every type of the parent at `parent`.
+    fn add_parent(&mut self, parent: &Path) -> Vec<TreeWrite> {
+        let base = parent.join("mdev_supported_types");
+        crate::fsx::list(&base)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|ty| self.add_attribute(base.join(ty).join("create")))
+            .collect()
+    }
+
+    /// Watches the `remove` of the mdev whose bus link is `link`.
     fn add_mdev(&mut self, link: &Path) -> Option<TreeWrite> {
-        let dir = fs::canonicalize(link).ok()?;
-        self.add(&dir.clone(), Watched::Mdev(dir.clone()));
-        apply(&self.root, &dir.join("remove"))
+        self.add_attribute(link.join("remove"))
     }
 
     /// Watches everything there is now, and applies what was written before.
@@ -160,27 +158,20 @@ impl TreeWrites {
                 self.watches.by_wd.remove(&event.wd);
                 continue;
             }
-            let Some(name) = event.name.as_ref().and_then(|n| n.to_str()) else {
-                continue;
-            };
             let root = self.watches.root.clone();
-            match what {
-                Watched::Top => applied.extend(self.watches.add_all()),
-                Watched::Parents => {
+            let name = event.name.as_ref().and_then(|n| n.to_str());
+            match (what, name) {
+                (Watched::Attribute(path), _) => applied.extend(apply(&root, &path)),
+                (Watched::Top, _) => applied.extend(self.watches.add_all()),
+                (Watched::Parents, Some(name)) => {
                     let parent = root.join("sys/class/mdev_bus").join(name);
                     applied.extend(self.watches.add_parent(&parent));
                 }
-                Watched::Devices => {
+                (Watched::Devices, Some(name)) => {
                     let link = root.join("sys/bus/mdev/devices").join(name);
                     applied.extend(self.watches.add_mdev(&link));
                 }
-                Watched::Type(dir) if name == "create" => {
-                    applied.extend(apply(&root, &dir.join(name)));
-                }
-                Watched::Mdev(dir) if name == "remove" => {
-                    applied.extend(apply(&root, &dir.join(name)));
-                }
-                Watched::Type(_) | Watched::Mdev(_) => {}
+                (Watched::Parents | Watched::Devices, None) => {}
             }
         }
         Ok(applied)
