@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
-/// The largest value read from a watched file: a UUID and a newline is 37 bytes, so anything
-/// this long is refused by the simulated kernel anyway.
+/// The most of a watched file that is read: a UUID and a newline is 37 bytes, so a value cut
+/// at this length is refused by the simulated kernel as the whole one would be.
 const MAX_VALUE: u64 = 4096;
 
 /// One write another process made into the tree, run through the simulated kernel.
@@ -182,24 +182,33 @@ impl TreeWrites {
 /// emptying the file; nothing when it is empty (as the simulator leaves it), not a regular
 /// file, or gone.
 fn apply(root: &Path, path: &Path) -> Option<TreeWrite> {
-    let meta = fs::symlink_metadata(path).ok()?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened once, never through a link put in its place and never waiting on a FIFO; read
+    // and emptied through the same descriptor.
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
     if !meta.is_file() || meta.size() == 0 {
         return None;
     }
-    let value = if meta.size() > MAX_VALUE {
-        "x".repeat(usize::try_from(MAX_VALUE).unwrap_or(4096) + 1)
-    } else {
-        String::from_utf8_lossy(&fs::read(path).ok()?).into_owned()
-    };
-    // Emptied first, so that the next writer's value is not mistaken for this one's.
-    fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_VALUE + 1)
+        .read_to_end(&mut bytes)
         .ok()?;
-    if value.is_empty() {
+    // Emptied before the write runs, so that the next writer's value is not taken for this
+    // one's.
+    file.set_len(0).ok()?;
+    drop(file);
+    if bytes.is_empty() {
         return None;
     }
+    let value = String::from_utf8_lossy(&bytes).into_owned();
     let result = crate::Simulator::new().write(root, path, &value);
     Some(TreeWrite {
         path: path.to_path_buf(),
@@ -224,6 +233,37 @@ mod tests {
                 return applied;
             }
         }
+    }
+
+    #[test]
+    fn a_link_or_a_fifo_in_place_of_an_attribute_is_neither_followed_nor_waited_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        crate::write_profile("mtty", &root).expect("profile");
+        let outside = root.join("outside");
+        fs::write(&outside, format!("{ONE}\n")).expect("outside");
+        let create = root.join(CREATE);
+        fs::remove_file(&create).expect("rm");
+        std::os::unix::fs::symlink(&outside, &create).expect("link");
+        let other = root.join("sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/create");
+        fs::remove_file(&other).expect("rm");
+        nix::unistd::mkfifo(&other, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watched = root.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(TreeWrites::watch(&watched).map(|(_, before)| before.len()));
+        });
+        let applied = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("no hang on the FIFO")
+            .expect("watch");
+        assert_eq!(applied, 0);
+        assert_eq!(
+            fs::read_to_string(&outside).expect("outside"),
+            format!("{ONE}\n"),
+            "the link's target is left as it was"
+        );
+        assert!(!root.join(format!("sys/bus/mdev/devices/{ONE}")).exists());
     }
 
     #[test]
