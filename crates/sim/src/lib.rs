@@ -3,11 +3,11 @@
 //! such trees (`vgpud sim-host`).
 //!
 //! A crate of its own, a test double that knows nothing of the daemon: vgpud reaches it
-//! through the seam its `Host` defines (the trait `SimulatedKernel`, whose four calls are
-//! [`Simulator`]'s), and it has its own root-path helper ([`SimHost`]), its own UUID parsing
-//! (the kernel's `guid_parse`) and PCI vendor ids, so a wrong rule of the daemon cannot be
-//! mirrored here. It shares only data with vgpud: the hardware tables (`vgpud-catalog`) and
-//! the simulated NVIDIA driver's state (`vgpud-sim-driver`).
+//! through the seam its `Host` defines (the trait `SimulatedKernel`, whose calls are
+//! [`Simulator`]'s and [`TreeWrites`]'), and it has its own root-path helper ([`SimHost`]),
+//! its own UUID parsing (the kernel's `guid_parse`) and PCI vendor ids, so a wrong rule of
+//! the daemon cannot be mirrored here. It shares only data with vgpud: the hardware tables
+//! (`vgpud-catalog`) and the simulated NVIDIA driver's state (`vgpud-sim-driver`).
 //!
 //! The simulator keeps no state: every decision is derived from the tree, so it works on any
 //! tree with the real layout (a profile, a copy of a real host's sysfs, a tree another process
