@@ -495,6 +495,13 @@ async fn writes_into_the_simulated_tree_by_the_real_mdevctl_and_a_shell_are_appl
     }
     assert!(listed(&m).await.is_empty());
     assert_eq!(all_full_looks(&addr), looks, "the uevents told it all");
+    // Watching the tree costs nothing while nobody writes into it.
+    let cpu = || sample(&addr, "vgpud_process_cpu_seconds_total");
+    let before = cpu();
+    assert!(before > 0.0, "vgpud's process CPU is read from its metrics");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = cpu() - before;
+    assert!(idle < 0.25, "{idle} s of CPU in 1 s with nobody writing");
 }
 
 #[test]

@@ -184,14 +184,22 @@ impl TreeWrites {
 fn apply(root: &Path, path: &Path) -> Option<TreeWrite> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    // Opened once, never through a link put in its place and never waiting on a FIFO; read
-    // and emptied through the same descriptor.
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
+    // Never through a link put in its place, never waiting on a FIFO. Read-only first: closing
+    // a file opened for writing is itself an IN_CLOSE_WRITE, so a look that wrote nothing
+    // would wake the watcher again, without end.
+    let open = |write: bool| {
+        fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path)
+    };
+    // Most looks find the file empty (a new mdev's `remove`): a `stat` tells, with no open.
+    let seen = fs::symlink_metadata(path).ok()?;
+    if !seen.is_file() || seen.size() == 0 {
+        return None;
+    }
+    let mut file = open(false).ok()?;
     let meta = file.metadata().ok()?;
     if !meta.is_file() || meta.size() == 0 {
         return None;
@@ -202,9 +210,14 @@ fn apply(root: &Path, path: &Path) -> Option<TreeWrite> {
         .read_to_end(&mut bytes)
         .ok()?;
     // Emptied before the write runs, so that the next writer's value is not taken for this
-    // one's.
-    file.set_len(0).ok()?;
-    drop(file);
+    // one's; only if it is still the file that was read.
+    let emptied = open(true).ok()?;
+    let again = emptied.metadata().ok()?;
+    if (again.dev(), again.ino()) != (meta.dev(), meta.ino()) {
+        return None;
+    }
+    emptied.set_len(0).ok()?;
+    drop(emptied);
     if bytes.is_empty() {
         return None;
     }
@@ -233,6 +246,38 @@ mod tests {
                 return applied;
             }
         }
+    }
+
+    #[test]
+    fn a_quiet_tree_leaves_the_watcher_asleep_and_an_applied_write_wakes_it_once_more_at_most() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        crate::write_profile("mtty", &root).expect("profile");
+        let (mut writes, before) = TreeWrites::watch(&root).expect("watch");
+        assert!(before.is_empty());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while let Ok(applied) = writes.wait() {
+                if tx.send(applied.len()).is_err() {
+                    return;
+                }
+            }
+        });
+        let quiet = std::time::Duration::from_millis(300);
+        std::thread::sleep(quiet);
+        assert_eq!(rx.try_iter().count(), 0, "woken with nothing written");
+        fs::write(root.join(CREATE), ONE).expect("write");
+        let first = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the write applied");
+        assert_eq!(first, 1);
+        std::thread::sleep(quiet);
+        // The emptying of the file may wake it once (a close after a write), no more.
+        let after: Vec<usize> = rx.try_iter().collect();
+        assert!(
+            after.len() <= 1 && after.iter().all(|n| *n == 0),
+            "{after:?}"
+        );
     }
 
     #[test]
