@@ -23,7 +23,8 @@ async fn log_with(s: &Setup, what: &str) -> String {
 #[tokio::test]
 async fn start_up_times_are_rounded_to_a_tenth_of_a_millisecond() {
     let s = Setup::new(&["mtty"]).await;
-    let log = log_with(&s, "elapsed_ms=").await;
+    // The name is on the bus a moment before the "ready" line is written: wait for the line.
+    let log = log_with(&s, "ready name=").await;
     let figures: Vec<&str> = log
         .lines()
         .filter_map(|l| l.split("elapsed_ms=").nth(1))
