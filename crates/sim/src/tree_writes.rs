@@ -184,22 +184,21 @@ impl TreeWrites {
 fn apply(root: &Path, path: &Path) -> Option<TreeWrite> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    // Never through a link put in its place, never waiting on a FIFO. Read-only first: closing
-    // a file opened for writing is itself an IN_CLOSE_WRITE, so a look that wrote nothing
-    // would wake the watcher again, without end.
-    let open = |write: bool| {
-        fs::OpenOptions::new()
-            .read(!write)
-            .write(write)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-            .open(path)
-    };
-    // Most looks find the file empty (a new mdev's `remove`): a `stat` tells, with no open.
+    // Most looks find the file empty (a new mdev's `remove`, or one just emptied): a `stat`
+    // tells, and the file is not opened. It must not be: closing a file opened for writing is
+    // itself an IN_CLOSE_WRITE, so a look that opened an empty file would wake the watcher
+    // again, without end.
     let seen = fs::symlink_metadata(path).ok()?;
     if !seen.is_file() || seen.size() == 0 {
         return None;
     }
-    let mut file = open(false).ok()?;
+    // Never through a link put in its place, never waiting on a FIFO.
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
     let meta = file.metadata().ok()?;
     if !meta.is_file() || meta.size() == 0 {
         return None;
@@ -209,15 +208,10 @@ fn apply(root: &Path, path: &Path) -> Option<TreeWrite> {
         .take(MAX_VALUE + 1)
         .read_to_end(&mut bytes)
         .ok()?;
-    // Emptied before the write runs, so that the next writer's value is not taken for this
-    // one's; only if it is still the file that was read.
-    let emptied = open(true).ok()?;
-    let again = emptied.metadata().ok()?;
-    if (again.dev(), again.ino()) != (meta.dev(), meta.ino()) {
-        return None;
-    }
-    emptied.set_len(0).ok()?;
-    drop(emptied);
+    // Emptied through the same descriptor before the write runs, so that the next writer's
+    // value is not taken for this one's.
+    file.set_len(0).ok()?;
+    drop(file);
     if bytes.is_empty() {
         return None;
     }
