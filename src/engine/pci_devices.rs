@@ -247,7 +247,9 @@ impl Engine {
         self.forget_types_of_gpu(pf);
     }
 
-    /// Every other record that names `vf` loses it: one UUID holds a VF at a time.
+    /// Every other record that names `vf` loses it: one UUID holds a VF at a time. Each such
+    /// device is recorded as changed by vgpud (its events go out) and marked touched, so that
+    /// a look whose snapshot read its record before this does not give it the VF back.
     fn take_vf_from_others(&self, vf: &str, holder: &str) {
         let others: Vec<DeviceInfo> = lock(&self.registry)
             .devices
@@ -270,9 +272,10 @@ impl Engine {
             if let Err(e) = self.write_record(&updated, params) {
                 tracing::warn!(uuid = %updated.uuid, error = %e, "could not update a record");
             }
-            lock(&self.registry)
-                .devices
-                .insert(updated.uuid.clone(), updated);
+            let uuid = updated.uuid.clone();
+            let mut reg = lock(&self.registry);
+            self.record(&mut reg, &uuid, Some(updated), super::events::Origin::Vgpud);
+            reg.touched.insert(uuid);
         }
     }
 

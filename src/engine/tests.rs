@@ -1207,6 +1207,57 @@ fn a_vf_given_to_a_new_vgpu_leaves_the_old_record_without_address_or_group() {
     );
 }
 
+/// A look whose snapshot predates a create that took a VF from another record does not give
+/// that record its VF back (the look read the record before the create rewrote it; seen
+/// once in CI as a device listed at the VF of the vGPU made after it).
+#[test]
+fn a_snapshot_older_than_a_create_that_took_a_vf_does_not_give_the_vf_back() {
+    let (d, e) = engine(&["nvidia-l40s"]);
+    let pf = nvidia_gpus(&e)[0].clone();
+    e.set_vf_count(&pf, 32, false).expect("VFs");
+    let mut old = req("L40S-4Q");
+    old.parent = Some(pf.clone());
+    old.persistent = true;
+    let old = e.create_device(&old).expect("a persistent 4Q");
+    let vf = old.address.clone().expect("its VF");
+    let host = Host::simulated(d.path());
+    host.write_attr(
+        &crate::discovery::sriov::pci_dir(&host, &vf).join("nvidia/current_vgpu_type"),
+        "0",
+    )
+    .expect("released behind vgpud's back");
+    let events = e.events().subscribe(|| {});
+    let guard = e.begin_refresh();
+    let before_create = e.merge(false).expect("snapshot");
+    assert_eq!(
+        before_create
+            .devices
+            .get(&old.uuid)
+            .and_then(|d| d.address.clone()),
+        Some(vf.clone()),
+        "the snapshot still reads the record naming the VF"
+    );
+    let mut new = req("L40S-8Q");
+    new.parent = Some(pf.clone());
+    let new = e.create_device(&new).expect("an 8Q");
+    assert_eq!(new.address.as_deref(), Some(vf.as_str()));
+    e.apply(before_create, false);
+    drop(guard);
+    let old_now = e.device(&old.uuid).expect("the persistent record stays");
+    assert_eq!(
+        (old_now.address, old_now.active),
+        (None, false),
+        "the VF went to {}",
+        new.uuid
+    );
+    // And the event stream said so: the old device changed.
+    let told = events.drain().into_iter().any(|r| {
+        matches!(&r.event, Event::DeviceChanged { before, after }
+            if after.uuid == old.uuid && before.address.is_some() && after.address.is_none())
+    });
+    assert!(told, "no DeviceChanged for {} losing its VF", old.uuid);
+}
+
 /// Undoing a half-made SR-IOV vGPU forgets the types read while it was there: a VF's type
 /// write sends no uevent, so types a warm-up read in that window would otherwise be kept
 /// (a 4Q refused for its params left the 8Q's room at 5 of 6, seen once in CI).
