@@ -1167,32 +1167,44 @@ fn an_sriov_gpu_is_passed_through_only_while_it_has_no_vfs() {
     e.remove_device(&made.uuid).expect("remove");
 }
 
-/// A VF given to a new vGPU is taken from the record that named it at once, in memory: that
-/// device holds no VF, is not running, and has no IOMMU group (no look at the host between).
-#[test]
-fn a_vf_given_to_a_new_vgpu_leaves_the_old_record_without_address_or_group() {
-    let (d, e) = engine(&["nvidia-l40s"]);
-    let pf = nvidia_gpus(&e)[0].clone();
+/// An L40S with 32 VFs and a persistent 4Q whose VF another tool released unseen by vgpud:
+/// the GPU, the 4Q as made, and its VF.
+fn a_4q_whose_vf_was_released(d: &tempfile::TempDir, e: &Engine) -> (String, DeviceInfo, String) {
+    let pf = nvidia_gpus(e)[0].clone();
     e.set_vf_count(&pf, 32, false).expect("VFs");
     let mut old = req("L40S-4Q");
     old.parent = Some(pf.clone());
     old.persistent = true;
     let old = e.create_device(&old).expect("a persistent 4Q");
     let vf = old.address.clone().expect("its VF");
-    assert!(
-        old.iommu_group.is_some(),
-        "a running vGPU has its VF's group"
-    );
-    // Another tool releases the VF, unseen by vgpud, and an 8Q lands on it.
     let host = Host::simulated(d.path());
     host.write_attr(
         &crate::discovery::sriov::pci_dir(&host, &vf).join("nvidia/current_vgpu_type"),
         "0",
     )
     .expect("released behind vgpud's back");
+    (pf, old, vf)
+}
+
+/// An 8Q on `pf`: the first free VF.
+fn an_8q_on(e: &Engine, pf: &str) -> DeviceInfo {
     let mut new = req("L40S-8Q");
-    new.parent = Some(pf.clone());
-    let new = e.create_device(&new).expect("an 8Q");
+    new.parent = Some(pf.to_string());
+    e.create_device(&new).expect("an 8Q")
+}
+
+/// A VF given to a new vGPU is taken from the record that named it at once, in memory: that
+/// device holds no VF, is not running, and has no IOMMU group (no look at the host between).
+#[test]
+fn a_vf_given_to_a_new_vgpu_leaves_the_old_record_without_address_or_group() {
+    let (d, e) = engine(&["nvidia-l40s"]);
+    // Another tool releases the VF, unseen by vgpud, and an 8Q lands on it.
+    let (pf, old, vf) = a_4q_whose_vf_was_released(&d, &e);
+    assert!(
+        old.iommu_group.is_some(),
+        "a running vGPU has its VF's group"
+    );
+    let new = an_8q_on(&e, &pf);
     assert_eq!(
         new.address.as_deref(),
         Some(vf.as_str()),
@@ -1213,19 +1225,7 @@ fn a_vf_given_to_a_new_vgpu_leaves_the_old_record_without_address_or_group() {
 #[test]
 fn a_snapshot_older_than_a_create_that_took_a_vf_does_not_give_the_vf_back() {
     let (d, e) = engine(&["nvidia-l40s"]);
-    let pf = nvidia_gpus(&e)[0].clone();
-    e.set_vf_count(&pf, 32, false).expect("VFs");
-    let mut old = req("L40S-4Q");
-    old.parent = Some(pf.clone());
-    old.persistent = true;
-    let old = e.create_device(&old).expect("a persistent 4Q");
-    let vf = old.address.clone().expect("its VF");
-    let host = Host::simulated(d.path());
-    host.write_attr(
-        &crate::discovery::sriov::pci_dir(&host, &vf).join("nvidia/current_vgpu_type"),
-        "0",
-    )
-    .expect("released behind vgpud's back");
+    let (pf, old, vf) = a_4q_whose_vf_was_released(&d, &e);
     let events = e.events().subscribe(|| {});
     let guard = e.begin_refresh();
     let before_create = e.merge(false).expect("snapshot");
@@ -1237,9 +1237,7 @@ fn a_snapshot_older_than_a_create_that_took_a_vf_does_not_give_the_vf_back() {
         Some(vf.clone()),
         "the snapshot still reads the record naming the VF"
     );
-    let mut new = req("L40S-8Q");
-    new.parent = Some(pf.clone());
-    let new = e.create_device(&new).expect("an 8Q");
+    let new = an_8q_on(&e, &pf);
     assert_eq!(new.address.as_deref(), Some(vf.as_str()));
     e.apply(before_create, false);
     drop(guard);
